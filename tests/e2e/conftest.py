@@ -1,0 +1,148 @@
+"""End-to-end fixtures: the operator deployed into the local cluster exactly as in production."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kubehelpers import CACHE, ROOT, wait_until
+
+OPERATOR_NAMESPACE = "quorumkeeper-system"
+API = "etcd.quorumkeeper.dev/v1alpha1"
+
+
+@pytest.fixture(scope="session")
+def operator(local_cluster):
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py"), "deploy-operator"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if result.returncode != 0:
+        pytest.fail(f"operator deployment failed:\n{result.stdout}\n{result.stderr}")
+    return local_cluster
+
+
+class EtcdClusterDriver:
+    """Create, scale and inspect one EtcdCluster and talk to its etcd through the client Service."""
+
+    def __init__(self, kube, namespace: str, name: str = "e2e", version: str = "3.6.16"):
+        self.kube, self.namespace, self.name, self.version = kube, namespace, name, version
+        manifest = json.loads((CACHE / "toolchain.json").read_text())
+        self.etcdctl_binary = str(Path(manifest["etcd"]["3.6.16"]) / "etcdctl")
+
+    def manifest(self, replicas: int) -> dict:
+        return {
+            "apiVersion": API,
+            "kind": "EtcdCluster",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "replicas": replicas,
+                "version": self.version,
+                "storage": {
+                    "volumeClaimTemplate": {
+                        "storageClassName": "local-path",
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "64Mi"}},
+                    }
+                },
+                "podTemplate": {"resources": {"limits": {"cpu": "1500m"}}},
+            },
+        }
+
+    def create(self, replicas: int = 3) -> None:
+        self.kube.apply(self.manifest(replicas))
+
+    def scale(self, replicas: int) -> None:
+        self.kube("scale", "etcdcluster", self.name, "-n", self.namespace, f"--replicas={replicas}")
+
+    def get(self) -> dict:
+        return self.kube.get("etcdcluster", self.name, self.namespace)
+
+    def condition(self, kind: str) -> dict:
+        conditions = self.get().get("status", {}).get("conditions", [])
+        return next((c for c in conditions if c["type"] == kind), {})
+
+    def wait_available(self, members: int, timeout: float = 180) -> dict:
+        def available():
+            cluster = self.get()
+            status = cluster.get("status", {})
+            ok = (
+                self.condition("Available").get("status") == "True"
+                and len(status.get("members", [])) == members
+                and all(m["healthy"] and not m["isLearner"] for m in status["members"])
+                and status.get("observedGeneration") == cluster["metadata"]["generation"]
+            )
+            return ok and status
+
+        return wait_until(f"{self.name} Available with {members} members", available, timeout)
+
+    def client_endpoint(self) -> str:
+        service = self.kube.get("service", f"{self.name}-client", self.namespace)
+        return f"http://{service['spec']['clusterIP']}:2379"
+
+    def etcdctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                self.etcdctl_binary,
+                f"--endpoints={self.client_endpoint()}",
+                "--dial-timeout=3s",
+                "--command-timeout=5s",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=30,
+        )
+
+    def put(self, key: str, value: str) -> None:
+        wait_until(
+            f"put {key}", lambda: self.etcdctl("put", key, value, check=False).returncode == 0, 30
+        )
+
+    def value(self, key: str) -> str:
+        return wait_until(
+            f"get {key}",
+            lambda: (
+                (r := self.etcdctl("get", key, "--print-value-only", check=False)).returncode == 0
+                and r.stdout.strip()
+            ),
+            30,
+        )
+
+    def pvc_names(self) -> set[str]:
+        items = self.kube.get(
+            "pvc", namespace=self.namespace, selector=f"etcd.quorumkeeper.dev/cluster={self.name}"
+        )["items"]
+        return {p["metadata"]["name"] for p in items if not p["metadata"].get("deletionTimestamp")}
+
+    def pods(self) -> list[dict]:
+        return self.kube.get(
+            "pods", namespace=self.namespace, selector=f"etcd.quorumkeeper.dev/cluster={self.name}"
+        )["items"]
+
+    def pod_of(self, peer: str) -> dict:
+        pods = [
+            p
+            for p in self.pods()
+            if p["metadata"]["labels"].get("etcd.quorumkeeper.dev/peer") == peer
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+        assert pods, f"no pod for peer {peer}"
+        return pods[0]
+
+    def member_ids(self) -> dict[str, str]:
+        return {m["name"]: m["id"] for m in self.get()["status"]["members"]}
+
+    def event_reasons(self) -> set[str]:
+        return {e["reason"] for e in self.kube.events(self.namespace, self.name)}
+
+
+@pytest.fixture
+def etcd_cluster(operator, namespace):
+    return EtcdClusterDriver(operator, namespace)

@@ -1,0 +1,61 @@
+"""Fixtures for module tests: real etcd clusters per etcd version, Ansible module runner."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# Make plugins/module_utils importable as ansible.module_utils.<name>, like ANSIBLE_MODULE_UTILS.
+import ansible.module_utils  # noqa: E402
+
+import etcdharness  # noqa: E402
+
+_MU = str(etcdharness.REPO / "plugins" / "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
+
+
+def pytest_generate_tests(metafunc):
+    if "etcd_version" in metafunc.fixturenames:
+        versions = etcdharness.versions_to_test()
+        metafunc.parametrize("etcd_version", versions, ids=[f"etcd-{v}" for v in versions])
+
+
+@pytest.fixture
+def etcd_bin(etcd_version):
+    path = etcdharness.etcd_binary(etcd_version)
+    if path is None:
+        candidates = ", ".join(str(p) for p in etcdharness.ETCD_VERSIONS[etcd_version])
+        why = (
+            "QK_REQUIRE_ALL_ETCD=1"
+            if os.environ.get("QK_REQUIRE_ALL_ETCD") == "1"
+            else "it is always required"
+        )
+        pytest.fail(f"etcd {etcd_version} binary not found (looked at {candidates}); {why}")
+    actual = etcdharness.binary_version(path)
+    assert actual == etcd_version, f"{path} reports etcd {actual}, expected {etcd_version}"
+    return path
+
+
+@pytest.fixture
+def etcd_factory(etcd_bin, etcd_version, tmp_path):
+    clusters = []
+
+    def make(n=3, prefix="n"):
+        cluster = etcdharness.EtcdCluster(etcd_bin, etcd_version, tmp_path / f"c{len(clusters)}")
+        clusters.append(cluster)
+        return cluster.start(n, prefix=prefix)
+
+    yield make
+    for cluster in clusters:
+        cluster.teardown()
+
+
+@pytest.fixture
+def run_module(tmp_path):
+    return etcdharness.ModuleRunner(tmp_path / "ansible-home")

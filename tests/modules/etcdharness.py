@@ -1,0 +1,290 @@
+"""Real etcd clusters on 127.0.0.1 for the module tests, and a runner for Ansible modules."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+QK_CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
+
+# version -> candidate binaries, first existing wins
+ETCD_VERSIONS = {
+    "3.4.23": [QK_CACHE / "bin/etcd-v3.4.23/etcd", Path("/usr/bin/etcd")],
+    "3.5.35": [QK_CACHE / "bin/etcd-v3.5.35/etcd"],
+    "3.6.16": [QK_CACHE / "bin/etcd-v3.6.16/etcd"],
+}
+ALWAYS_REQUIRED = {"3.4.23"}
+
+
+def etcd_binary(version):
+    for cand in ETCD_VERSIONS[version]:
+        if cand.is_file() and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def versions_to_test():
+    """Versions whose tests are generated. Missing 3.5/3.6 are dropped unless required."""
+    require_all = os.environ.get("QK_REQUIRE_ALL_ETCD") == "1"
+    out = []
+    for v in ETCD_VERSIONS:
+        if etcd_binary(v) is not None or require_all or v in ALWAYS_REQUIRED:
+            out.append(v)
+    return out
+
+
+@functools.cache
+def binary_version(path):
+    out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
+    m = re.search(r"etcd Version:\s*(\S+)", out.stdout)
+    return m.group(1) if m else None
+
+
+_used_ports: set[int] = set()
+
+
+def free_port():
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _used_ports:
+            _used_ports.add(port)
+            return port
+
+
+def http_json(url, timeout=2.0):
+    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback test URL
+        return json.loads(resp.read().decode())
+
+
+class EtcdNode:
+    def __init__(self, name, base):
+        self.name = name
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.data_dir = base / f"{name}.etcd"
+        self.log_path = base / f"{name}.log"
+        self.proc = None
+
+    @property
+    def client_url(self):
+        return f"http://127.0.0.1:{self.client_port}"
+
+    @property
+    def peer_url(self):
+        return f"http://127.0.0.1:{self.peer_port}"
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n=30):
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return "(no log)"
+
+
+class EtcdCluster:
+    def __init__(self, binary, version, base):
+        self.binary = Path(binary)
+        self.version = version
+        self.base = Path(base)
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.token = f"qk-{os.getpid()}-{id(self)}"
+        self.nodes: dict[str, EtcdNode] = {}
+
+    # -- process control ------------------------------------------------------------------------
+    def _spawn(self, node, initial_cluster, state):
+        args = [
+            str(self.binary),
+            "--name",
+            node.name,
+            "--data-dir",
+            str(node.data_dir),
+            "--listen-client-urls",
+            node.client_url,
+            "--advertise-client-urls",
+            node.client_url,
+            "--listen-peer-urls",
+            node.peer_url,
+            "--initial-advertise-peer-urls",
+            node.peer_url,
+            "--initial-cluster",
+            initial_cluster,
+            "--initial-cluster-state",
+            state,
+            "--initial-cluster-token",
+            self.token,
+            "--logger",
+            "zap",
+            "--log-level",
+            "info",
+            "--heartbeat-interval",
+            "50",
+            "--election-timeout",
+            "500",
+        ]
+        log = open(node.log_path, "ab")  # noqa: SIM115 - closed with the process
+        node.proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log.close()
+
+    def start(self, n=3, prefix="n"):
+        names = [f"{prefix}{i}" for i in range(n)]
+        for name in names:
+            self.nodes[name] = EtcdNode(name, self.base)
+        initial = ",".join(f"{nm}={self.nodes[nm].peer_url}" for nm in names)
+        for name in names:
+            self._spawn(self.nodes[name], initial, "new")
+        for name in names:
+            self.wait_healthy(name)
+        return self
+
+    def join(self, name, initial_cluster, node=None):
+        """Start a member that was added with MemberAdd (``--initial-cluster-state existing``)."""
+        node = node or self.nodes[name]
+        self._spawn(node, initial_cluster, "existing")
+        self.wait_serving(name)
+        return node
+
+    def new_node(self, name):
+        node = EtcdNode(name, self.base)
+        self.nodes[name] = node
+        return node
+
+    def stop(self, name):
+        node = self.nodes[name]
+        if node.running():
+            os.killpg(node.proc.pid, signal.SIGKILL)
+            node.proc.wait(timeout=30)
+
+    def teardown(self):
+        for node in self.nodes.values():
+            if node.running():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.proc.pid, signal.SIGKILL)
+                node.proc.wait(timeout=30)
+
+    def remove_data(self):
+        shutil.rmtree(self.base, ignore_errors=True)
+
+    # -- waiting -------------------------------------------------------------------------------
+    def _wait(self, name, check, what, timeout=30.0):
+        node = self.nodes[name]
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if not node.running():
+                raise RuntimeError(
+                    f"etcd {self.version} member {name} exited ({node.proc.returncode}) "
+                    f"while waiting for {what}:\n{node.log_tail()}"
+                )
+            try:
+                if check(node):
+                    return
+            except Exception as exc:  # noqa: BLE001 - keep polling until the deadline
+                last = exc
+            time.sleep(0.1)
+        raise TimeoutError(
+            f"etcd {self.version} member {name} not {what} after {timeout}s (last error: "
+            f"{last}):\n{node.log_tail()}"
+        )
+
+    def wait_healthy(self, name, timeout=30.0):
+        self._wait(
+            name,
+            lambda n: http_json(n.client_url + "/health").get("health") == "true",
+            "healthy",
+            timeout,
+        )
+
+    def wait_serving(self, name, timeout=30.0):
+        self._wait(
+            name, lambda n: "etcdserver" in http_json(n.client_url + "/version"), "up", timeout
+        )
+
+    # -- views ---------------------------------------------------------------------------------
+    def endpoints(self, names=None):
+        names = names or list(self.nodes)
+        return [self.nodes[n].client_url for n in names]
+
+    def running_endpoints(self):
+        return [n.client_url for n in self.nodes.values() if n.running()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Running modules the way Ansible does
+# ---------------------------------------------------------------------------------------------
+
+
+def ansible_env(tmp_home):
+    env = dict(os.environ)
+    env.update(
+        ANSIBLE_LIBRARY=str(REPO / "library"),
+        ANSIBLE_MODULE_UTILS=str(REPO / "plugins" / "module_utils"),
+        ANSIBLE_FILTER_PLUGINS=str(REPO / "plugins" / "filter"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        ANSIBLE_HOME=str(tmp_home),
+        ANSIBLE_LOCAL_TEMP=str(Path(tmp_home) / "tmp"),
+        ANSIBLE_REMOTE_TEMP=str(Path(tmp_home) / "remote_tmp"),
+        ANSIBLE_RETRY_FILES_ENABLED="0",
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+    )
+    return env
+
+
+def ansible_bin(name="ansible"):
+    cand = Path(sys.executable).parent / name
+    return str(cand) if cand.exists() else shutil.which(name)
+
+
+class ModuleRunner:
+    """``ansible localhost -m <module> -a '<json>'`` with the json callback; returns the result."""
+
+    def __init__(self, tmp_home):
+        self.tmp_home = Path(tmp_home)
+        self.tmp_home.mkdir(parents=True, exist_ok=True)
+        self.calls = []
+
+    def __call__(self, module, args, check=False, timeout=180):
+        cmd = [ansible_bin(), "localhost", "-m", module, "-a", json.dumps(args)]
+        if check:
+            cmd.append("--check")
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=ansible_env(self.tmp_home),
+            cwd=str(REPO),
+        )
+        self.calls.append((module, time.monotonic() - t0))
+        try:
+            data = json.loads(proc.stdout)
+            result = data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+        except (ValueError, KeyError, IndexError) as exc:
+            raise AssertionError(
+                f"could not parse ansible output ({exc}); rc={proc.returncode}\n"
+                f"stdout:\n{proc.stdout[-4000:]}\nstderr:\n{proc.stderr[-4000:]}"
+            ) from exc
+        result.setdefault("failed", False)
+        return result

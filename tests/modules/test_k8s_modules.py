@@ -1,0 +1,237 @@
+"""k8s_status / k8s_event against a real API server (the lead's local cluster).
+
+Select with ``pytest -m cluster``. Needs ``KUBECONFIG`` (or ``$QK_STATE/kubeconfig``) of a
+running cluster; without one these tests FAIL (they are never skipped silently).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+GROUP = "qktest.quorumkeeper.dev"
+API_VERSION = f"{GROUP}/v1"
+KIND = "StatusProbe"
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": f"statusprobes.{GROUP}"},
+    "spec": {
+        "group": GROUP,
+        "names": {"kind": KIND, "plural": "statusprobes", "singular": "statusprobe"},
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
+
+
+def _kubeconfig():
+    for cand in (
+        os.environ.get("KUBECONFIG"),
+        str(Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper")) / "kubeconfig"),
+    ):
+        if cand and Path(cand.split(os.pathsep)[0]).is_file():
+            return cand.split(os.pathsep)[0]
+    return None
+
+
+@pytest.fixture(scope="module")
+def kube():
+    path = _kubeconfig()
+    if path is None:
+        pytest.fail(
+            "k8s module tests need a running cluster: set KUBECONFIG (or start the local cluster "
+            "with `python3 hack/cluster/localcluster.py up`, which writes $QK_STATE/kubeconfig)"
+        )
+    from kubernetes import client, config
+    from kubernetes.dynamic import DynamicClient
+    from kubernetes.dynamic.exceptions import ConflictError
+
+    try:
+        cfg = client.Configuration()
+        config.load_kube_config(config_file=path, client_configuration=cfg)
+        dyn = DynamicClient(client.ApiClient(cfg))
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"cannot talk to the cluster of {path}: {exc}")
+    crds = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    with contextlib.suppress(ConflictError):
+        dyn.create(crds, body=CRD)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            dyn.resources.invalidate_cache()
+            dyn.resources.get(api_version=API_VERSION, kind=KIND)
+            break
+        except Exception:  # noqa: BLE001
+            if time.monotonic() > deadline:
+                pytest.fail(f"CRD {CRD['metadata']['name']} was not served within 60s")
+            time.sleep(0.5)
+    namespaces = dyn.resources.get(api_version="v1", kind="Namespace")
+    ns = f"qk-modtest-{uuid.uuid4().hex[:8]}"
+    dyn.create(namespaces, body={"metadata": {"name": ns}})
+    yield {"dyn": dyn, "namespace": ns, "kubeconfig": path}
+    dyn.delete(namespaces, name=ns)
+
+
+@pytest.fixture
+def probe(kube):
+    res = kube["dyn"].resources.get(api_version=API_VERSION, kind=KIND)
+    name = f"p-{uuid.uuid4().hex[:8]}"
+    obj = kube["dyn"].create(
+        res,
+        namespace=kube["namespace"],
+        body={"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": {}},
+    )
+    return {"name": name, "res": res, "uid": obj.metadata.uid, **kube}
+
+
+def _get(probe):
+    return (
+        probe["dyn"].get(probe["res"], name=probe["name"], namespace=probe["namespace"]).to_dict()
+    )
+
+
+def _args(probe, **kw):
+    base = {
+        "api_version": API_VERSION,
+        "kind": KIND,
+        "name": probe["name"],
+        "namespace": probe["namespace"],
+        "kubeconfig": probe["kubeconfig"],
+    }
+    base.update(kw)
+    return base
+
+
+def test_status_merge_conditions_and_idempotence(probe, run_module):
+    cond = {"type": "Available", "status": "True", "reason": "QuorumHealthy", "message": "3/3"}
+    args = _args(probe, status={"readyMembers": 3, "phase": "Running"}, conditions=[cond])
+
+    res = run_module("k8s_status", args, check=True)
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    assert "status" not in _get(probe) or not _get(probe)["status"]
+
+    res = run_module("k8s_status", args)
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    status = _get(probe)["status"]
+    assert status["readyMembers"] == 3 and status["phase"] == "Running"
+    (c,) = status["conditions"]
+    assert c["type"] == "Available" and c["status"] == "True" and c["reason"] == "QuorumHealthy"
+    assert c["observedGeneration"] == _get(probe)["metadata"]["generation"]
+    assert c["lastTransitionTime"].endswith("Z")
+    assert res["status"] == status
+
+    res = run_module("k8s_status", args)
+    assert not res["failed"] and res["changed"] is False, res
+
+    # pretend the condition has been True for a long time
+    obj = _get(probe)
+    obj["status"]["conditions"][0]["lastTransitionTime"] = "2020-01-01T00:00:00Z"
+    probe["dyn"].replace(probe["res"].status, body=obj, namespace=probe["namespace"])
+
+    # message changes, status does not: transition time kept; other fields merged, not replaced
+    cond2 = dict(cond, message="3/3 members, leader n1")
+    res = run_module("k8s_status", _args(probe, status={"phase": "Running"}, conditions=[cond2]))
+    assert not res["failed"] and res["changed"] is True
+    status = _get(probe)["status"]
+    assert status["readyMembers"] == 3
+    assert status["conditions"][0]["lastTransitionTime"] == "2020-01-01T00:00:00Z"
+    assert status["conditions"][0]["message"] == "3/3 members, leader n1"
+
+    # status flips: transition time is now; a second type is appended
+    cond3 = dict(cond, status="False", reason="QuorumLost", message="1/3")
+    deg = {"type": "Degraded", "status": True, "reason": "MembersDown", "message": "2 down"}
+    res = run_module("k8s_status", _args(probe, conditions=[cond3, deg]))
+    assert not res["failed"] and res["changed"] is True
+    status = _get(probe)["status"]
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["Available"]["status"] == "False"
+    assert by_type["Available"]["lastTransitionTime"] > "2020-01-01T00:00:00Z"
+    assert by_type["Degraded"]["status"] == "True"
+
+
+def test_status_missing_object(kube, run_module):
+    res = run_module(
+        "k8s_status",
+        {
+            "api_version": API_VERSION,
+            "kind": KIND,
+            "name": "does-not-exist",
+            "namespace": kube["namespace"],
+            "kubeconfig": kube["kubeconfig"],
+            "status": {"a": 1},
+        },
+    )
+    assert res["failed"] and "not found" in res["msg"] and "does-not-exist" in res["msg"]
+
+
+def _events(probe):
+    events = probe["dyn"].resources.get(api_version="v1", kind="Event")
+    items = (
+        probe["dyn"]
+        .get(
+            events,
+            namespace=probe["namespace"],
+            field_selector=f"involvedObject.uid={probe['uid']}",
+        )
+        .to_dict()["items"]
+    )
+    return items
+
+
+def test_event_create_and_aggregate(probe, run_module):
+    args = _args(probe, reason="MemberAdded", message="added n3", type="Normal")
+    res = run_module("k8s_event", args, check=True)
+    assert not res["failed"] and res["changed"] is True
+    assert _events(probe) == []
+
+    res = run_module("k8s_event", args)
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    (ev,) = _events(probe)
+    assert ev["count"] == 1 and ev["source"]["component"] == "quorumkeeper"
+    assert ev["involvedObject"]["uid"] == probe["uid"] and ev["reason"] == "MemberAdded"
+
+    res = run_module("k8s_event", args)
+    assert not res["failed"] and res["changed"] is True
+    (ev2,) = _events(probe)
+    assert ev2["metadata"]["name"] == ev["metadata"]["name"] and ev2["count"] == 2
+
+    res = run_module("k8s_event", dict(args, message="added n4", type="Warning"))
+    assert not res["failed"] and res["changed"] is True
+    assert sorted(e["message"] for e in _events(probe)) == ["added n3", "added n4"]
+
+
+def test_event_missing_object(kube, run_module):
+    res = run_module(
+        "k8s_event",
+        {
+            "api_version": API_VERSION,
+            "kind": KIND,
+            "name": "ghost",
+            "namespace": kube["namespace"],
+            "kubeconfig": kube["kubeconfig"],
+            "reason": "X",
+            "message": "y",
+        },
+    )
+    assert res["failed"] and "does not exist" in res["msg"]

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from etcd_filters import (
+    FilterModule,
+    etcd_client_url,
+    etcd_image,
+    etcd_initial_cluster,
+    etcd_ordinal,
+    etcd_peer_url,
+    etcd_version_compare,
+    gomaxprocs,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_urls():
+    assert etcd_peer_url("c-0", "c", "ns") == "http://c-0.c.ns.svc.cluster.local:2380"
+    assert etcd_client_url("c-0", "c", "ns") == "http://c-0.c.ns.svc.cluster.local:2379"
+    assert etcd_peer_url("c-0", "c", "ns", "example.org") == "http://c-0.c.ns.svc.example.org:2380"
+    assert etcd_client_url("c-0", "c", "ns", scheme="https").startswith("https://")
+    with pytest.raises(AnsibleFilterError):
+        etcd_peer_url("", "c", "ns")
+
+
+def test_initial_cluster():
+    assert etcd_initial_cluster(["c-0", "c-1"], "c", "ns") == (
+        "c-0=http://c-0.c.ns.svc.cluster.local:2380,c-1=http://c-1.c.ns.svc.cluster.local:2380"
+    )
+    assert etcd_initial_cluster([], "c", "ns") == ""
+
+
+def test_ordinal():
+    assert etcd_ordinal("my-etcd-12") == 12
+    assert etcd_ordinal("etcd-0") == 0
+    with pytest.raises(AnsibleFilterError):
+        etcd_ordinal("etcd")
+
+
+def test_image():
+    assert etcd_image("3.6.16", "quay.io/coreos/etcd") == "quay.io/coreos/etcd:v3.6.16"
+    assert etcd_image("v3.5.35") == "quay.io/coreos/etcd:v3.5.35"
+    assert etcd_image("3.5.35", "registry.local/etcd") == "registry.local/etcd:v3.5.35"
+    with pytest.raises(AnsibleFilterError):
+        etcd_image("")
+
+
+@pytest.mark.parametrize(
+    "q,n",
+    [
+        ("1500m", 1),
+        ("2", 2),
+        (2, 2),
+        ("500m", 1),
+        ("2.5", 2),
+        ("3999m", 3),
+        ("4000m", 4),
+        (0.1, 1),
+        (None, 1),
+        ("", 1),
+        ("1k", 1000),
+    ],
+)
+def test_gomaxprocs(q, n):
+    assert gomaxprocs(q) == n
+
+
+@pytest.mark.parametrize("bad", ["lots", "1.5Gi", "m", True])
+def test_gomaxprocs_rejects(bad):
+    with pytest.raises(AnsibleFilterError):
+        gomaxprocs(bad)
+
+
+@pytest.mark.parametrize(
+    "a,b,cmp",
+    [
+        ("3.5.9", "3.5.10", -1),
+        ("3.6.0", "3.5.35", 1),
+        ("v3.5.0", "3.5.0", 0),
+        ("3.5", "3.5.0", 0),
+        ("3.6.0-rc.1", "3.6.0", -1),
+        ("3.6.0-rc.2", "3.6.0-rc.10", -1),
+        ("3.4.23", "3.4.3", 1),
+    ],
+)
+def test_version_compare(a, b, cmp):
+    assert etcd_version_compare(a, b) == cmp
+
+
+def test_version_compare_ops():
+    assert etcd_version_compare("3.5.0", "3.6.0", "<")
+    assert etcd_version_compare("3.6.16", "3.6.0", ">=")
+    assert not etcd_version_compare("3.6.16", "3.6.0", "eq")
+    with pytest.raises(AnsibleFilterError):
+        etcd_version_compare("3.5.0", "3.6.0", "~")
+    with pytest.raises(AnsibleFilterError):
+        etcd_version_compare("three", "3.6.0")
+
+
+def test_filter_module_exports():
+    names = set(FilterModule().filters())
+    assert {
+        "etcd_peer_url",
+        "etcd_client_url",
+        "etcd_initial_cluster",
+        "etcd_ordinal",
+        "etcd_image",
+        "gomaxprocs",
+        "etcd_version_compare",
+    } <= names
+
+
+def test_filters_through_ansible(tmp_path):
+    """The plugin loads in Ansible via ANSIBLE_FILTER_PLUGINS and works in templates."""
+    expr = (
+        "{{ ['e-0','e-1'] | etcd_initial_cluster('e', 'ns') }}|{{ 'e-1' | etcd_ordinal }}|"
+        "{{ '1500m' | gomaxprocs }}|{{ '3.6.16' | etcd_image('quay.io/coreos/etcd') }}|"
+        "{{ '3.5.35' | etcd_version_compare('3.6.0', '<') }}"
+    )
+    env = dict(
+        os.environ,
+        ANSIBLE_FILTER_PLUGINS=str(REPO / "plugins/filter"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        ANSIBLE_HOME=str(tmp_path),
+    )
+    ansible = str(Path(sys.executable).parent / "ansible")
+    out = subprocess.run(
+        [ansible, "localhost", "-m", "debug", "-a", f"msg={expr}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    result = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    assert result["msg"] == (
+        "e-0=http://e-0.e.ns.svc.cluster.local:2380,e-1=http://e-1.e.ns.svc.cluster.local:2380"
+        "|1|1|quay.io/coreos/etcd:v3.6.16|True"
+    ), out.stderr
