@@ -166,7 +166,8 @@ def build_csv() -> tuple[dict, dict[str, str]]:
             for desc in entry.get(f"{section}Descriptors", []):
                 if not schema_has_path(schema["properties"][section], desc["path"]):
                     raise GenerateError(
-                        f"{entry['kind']}: {section}Descriptor path {desc['path']!r} is not in the schema"
+                        f"{entry['kind']}: {section}Descriptor path {desc['path']!r} "
+                        "is not in the schema"
                     )
 
     # Install strategy: the Deployment and the RBAC bound to its service account.

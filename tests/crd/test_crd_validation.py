@@ -451,6 +451,57 @@ def test_printer_columns(kube_api, namespace):
     ]
 
 
+def test_status_fields_written_by_the_roles_are_kept(kube_api, namespace):
+    """Fields missing from the schema are pruned silently: keep what the roles write."""
+    accepted(create(kube_api, namespace, sample("etcdpeer")))
+    status = {
+        "ready": False,
+        "podName": "p",
+        "pvcUID": "0b5c",
+        "memberID": "8eca1236bfa86a0a",
+        "serverVersion": "3.6.16",
+        "observedGeneration": 1,
+        "conditions": [
+            {
+                "type": "Ready",
+                "status": "False",
+                "reason": "PodNotReady",
+                "message": "",
+                "lastTransitionTime": now(),
+            },
+            {
+                "type": "DataLost",
+                "status": "False",
+                "reason": "PersistentVolumeClaimBound",
+                "message": "the member runs on its PVC",
+                "lastTransitionTime": now(),
+            },
+        ],
+    }
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeer",
+            "my-cluster-0",
+            {"status": status},
+            subresource="status",
+        )
+    )
+    assert kube_api.get_json("-n", namespace, "etcdpeer", "my-cluster-0")["status"] == status
+    # null values are dropped, not rejected
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeer",
+            "my-cluster-0",
+            {"status": {"memberID": None}},
+            subresource="status",
+        )
+    )
+
+
 def test_status_is_a_subresource(kube_api, namespace):
     accepted(create(kube_api, namespace, sample("etcdcluster")))
     # status in a main-resource update is ignored

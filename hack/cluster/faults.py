@@ -1,0 +1,287 @@
+#!/usr/bin/env python3
+"""Fault injection for the local cluster (Python 3.11 stdlib only).
+
+Works on the node agents' state directories, `$QK_STATE/nodes/<node>/` (QK_STATE defaults to
+/var/lib/quorumkeeper; `--state` overrides it):
+
+- `pods/<namespace>_<name>_<uid>/pod.json`, written by the node agent (`hack/nodeagent`):
+  {namespace, name, uid, netns, hostVeth, podIP, hostNetwork, containers: {name: pid}, ...}
+- `agent.pid` and `agent.cmdline` (a JSON argv list), written by `localcluster.py`.
+
+Commands (all idempotent; unknown pods or nodes raise FaultError / exit 2):
+
+    faults.py crash-pod NAMESPACE NAME [--container C]   SIGKILL the container process group(s)
+    faults.py partition-pod NAMESPACE NAME               cut the pod off the network (both ways)
+    faults.py heal-pod NAMESPACE NAME                    undo partition-pod
+    faults.py stop-node NODE                             SIGTERM the node agent and wait for it
+    faults.py start-node NODE                            re-spawn the agent from agent.cmdline
+    faults.py list                                       pods and agents known to the state dirs
+
+Partitioning sets the pod's host-side veth (its port on the `qk0` bridge) down: every packet to
+and from the pod is dropped, including traffic from the host (probes, kubectl exec still works as
+it does not use the network). The pod's own interface stays up, so the processes see a silent
+network, like a pulled cable. A restart of the agent, or re-creating the pod, brings a fresh veth
+up: a partition does not survive the pod sandbox. The pod keeps the partition across container
+restarts (the veth belongs to the pod, not to the container).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+__all__ = [
+    "FaultError",
+    "crash_pod",
+    "partition_pod",
+    "heal_pod",
+    "is_partitioned",
+    "stop_node",
+    "start_node",
+    "node_running",
+    "find_pod",
+    "list_pods",
+]
+
+
+class FaultError(RuntimeError):
+    """A fault could not be injected (unknown pod or node, missing state...)."""
+
+
+def state_root(state: str | os.PathLike | None = None) -> Path:
+    if state is not None:
+        return Path(state)
+    return Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper"))
+
+
+def nodes_dir(state=None) -> Path:
+    return state_root(state) / "nodes"
+
+
+def list_pods(state=None) -> list[dict]:
+    """Every pod.json of every node, with a `node` and `dir` key added."""
+    out = []
+    root = nodes_dir(state)
+    if not root.is_dir():
+        return out
+    for node_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        pods = node_dir / "pods"
+        if not pods.is_dir():
+            continue
+        for pod_dir in sorted(pods.iterdir()):
+            f = pod_dir / "pod.json"
+            try:
+                data = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            data["node"] = node_dir.name
+            data["dir"] = str(pod_dir)
+            out.append(data)
+    return out
+
+
+def find_pod(namespace: str, name: str, state=None) -> dict:
+    """The newest pod.json for namespace/name (a re-created pod has a new uid)."""
+    matches = [p for p in list_pods(state) if p.get("namespace") == namespace and p.get("name") == name]
+    if not matches:
+        raise FaultError(f"pod {namespace}/{name} is not known to any node agent under {nodes_dir(state)}")
+    matches.sort(key=lambda p: p.get("updatedAt", ""))
+    return matches[-1]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def crash_pod(namespace: str, name: str, container: str | None = None, state=None) -> list[int]:
+    """SIGKILL the process group of the pod's containers (or of one container).
+
+    Returns the pids that were signalled (empty when nothing was running: idempotent).
+    """
+    pod = find_pod(namespace, name, state)
+    containers: dict = pod.get("containers") or {}
+    if container is not None and container not in containers:
+        raise FaultError(f"pod {namespace}/{name} has no container {container!r} (has: {', '.join(containers)})")
+    killed = []
+    for cname, pid in containers.items():
+        if container is not None and cname != container:
+            continue
+        if not pid or not _alive(int(pid)):
+            continue
+        pid = int(pid)
+        for target in (-pid, pid):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        killed.append(pid)
+    return killed
+
+
+def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    res = subprocess.run(["ip", *args], text=True, capture_output=True)
+    if check and res.returncode != 0:
+        raise FaultError(f"ip {' '.join(args)}: {res.stderr.strip()}")
+    return res
+
+
+def _veth(namespace: str, name: str, state=None) -> str:
+    pod = find_pod(namespace, name, state)
+    if pod.get("hostNetwork"):
+        raise FaultError(f"pod {namespace}/{name} uses the host network: it cannot be partitioned")
+    veth = pod.get("hostVeth")
+    if not veth or not Path(f"/sys/class/net/{veth}").exists():
+        raise FaultError(f"pod {namespace}/{name} has no host veth ({veth!r}); is it running?")
+    return veth
+
+
+def partition_pod(namespace: str, name: str, state=None) -> str:
+    """Cut the pod off the network both ways (host-side veth down). Returns the veth name."""
+    veth = _veth(namespace, name, state)
+    _ip("link", "set", veth, "down")
+    return veth
+
+
+def heal_pod(namespace: str, name: str, state=None) -> str:
+    """Undo partition_pod (host-side veth up). Returns the veth name."""
+    veth = _veth(namespace, name, state)
+    _ip("link", "set", veth, "up")
+    return veth
+
+
+def is_partitioned(namespace: str, name: str, state=None) -> bool:
+    veth = _veth(namespace, name, state)
+    flags = Path(f"/sys/class/net/{veth}/flags").read_text().strip()
+    return not (int(flags, 16) & 0x1)
+
+
+def _node_dir(node: str, state=None) -> Path:
+    d = nodes_dir(state) / node
+    if not (d / "agent.cmdline").exists() and not (d / "agent.pid").exists():
+        raise FaultError(f"node {node!r} is unknown: no agent.pid/agent.cmdline in {d}")
+    return d
+
+
+def _agent_pid(node_dir: Path) -> int | None:
+    try:
+        pid = int((node_dir / "agent.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _alive(pid) else None
+
+
+def node_running(node: str, state=None) -> bool:
+    return _agent_pid(_node_dir(node, state)) is not None
+
+
+def stop_node(node: str, state=None, timeout: float = 30.0) -> bool:
+    """SIGTERM the node's agent and wait for it to exit (SIGKILL after timeout).
+
+    The agent leaves its pods running, like a stopped kubelet. Returns False when it was not running.
+    """
+    d = _node_dir(node, state)
+    pid = _agent_pid(d)
+    if pid is None:
+        return False
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+        time.sleep(0.1)
+    try:  # reap it if we happen to be its parent
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+    return True
+
+
+def start_node(node: str, state=None) -> int:
+    """Re-spawn the node's agent from agent.cmdline (detached), rewrite agent.pid; returns the pid.
+
+    When the agent is already running its pid is returned unchanged.
+    """
+    d = _node_dir(node, state)
+    pid = _agent_pid(d)
+    if pid is not None:
+        return pid
+    try:
+        argv = json.loads((d / "agent.cmdline").read_text())
+    except (OSError, ValueError) as e:
+        raise FaultError(f"node {node!r}: cannot read {d / 'agent.cmdline'}: {e}") from e
+    if not isinstance(argv, list) or not argv:
+        raise FaultError(f"node {node!r}: agent.cmdline is not a JSON argv list")
+    with open(d / "agent.log", "ab") as log, open(os.devnull, "rb") as devnull:
+        proc = subprocess.Popen(
+            [str(a) for a in argv],
+            stdin=devnull,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            cwd=str(d.parent),
+        )
+    (d / "agent.pid").write_text(str(proc.pid))
+    return proc.pid
+
+
+def _main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="fault injection for the quorumkeeper local cluster")
+    ap.add_argument("--state", default=None, help="QK_STATE directory (default $QK_STATE or /var/lib/quorumkeeper)")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("crash-pod")
+    p.add_argument("namespace")
+    p.add_argument("name")
+    p.add_argument("--container")
+    for c in ("partition-pod", "heal-pod"):
+        p = sub.add_parser(c)
+        p.add_argument("namespace")
+        p.add_argument("name")
+    for c in ("stop-node", "start-node"):
+        p = sub.add_parser(c)
+        p.add_argument("node")
+    sub.add_parser("list")
+    a = ap.parse_args(argv)
+    try:
+        if a.cmd == "crash-pod":
+            pids = crash_pod(a.namespace, a.name, a.container, state=a.state)
+            print(f"killed {pids}" if pids else "nothing running")
+        elif a.cmd == "partition-pod":
+            print(f"partitioned {a.namespace}/{a.name} ({partition_pod(a.namespace, a.name, state=a.state)} down)")
+        elif a.cmd == "heal-pod":
+            print(f"healed {a.namespace}/{a.name} ({heal_pod(a.namespace, a.name, state=a.state)} up)")
+        elif a.cmd == "stop-node":
+            print("stopped" if stop_node(a.node, state=a.state) else "was not running")
+        elif a.cmd == "start-node":
+            print(f"running, pid {start_node(a.node, state=a.state)}")
+        elif a.cmd == "list":
+            for pod in list_pods(a.state):
+                print(f"{pod['node']}\t{pod['namespace']}/{pod['name']}\t{pod.get('podIP', '')}\t{pod.get('containers')}")
+            root = nodes_dir(a.state)
+            for d in sorted(root.iterdir()) if root.is_dir() else []:
+                if (d / "agent.cmdline").exists():
+                    print(f"agent {d.name}: {'running pid ' + str(_agent_pid(d)) if _agent_pid(d) else 'stopped'}")
+    except FaultError as e:
+        print(f"faults.py: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
