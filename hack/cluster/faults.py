@@ -88,9 +88,13 @@ def list_pods(state=None) -> list[dict]:
 
 def find_pod(namespace: str, name: str, state=None) -> dict:
     """The newest pod.json for namespace/name (a re-created pod has a new uid)."""
-    matches = [p for p in list_pods(state) if p.get("namespace") == namespace and p.get("name") == name]
+    matches = [
+        p for p in list_pods(state) if p.get("namespace") == namespace and p.get("name") == name
+    ]
     if not matches:
-        raise FaultError(f"pod {namespace}/{name} is not known to any node agent under {nodes_dir(state)}")
+        raise FaultError(
+            f"pod {namespace}/{name} is not known to any node agent under {nodes_dir(state)}"
+        )
     matches.sort(key=lambda p: p.get("updatedAt", ""))
     return matches[-1]
 
@@ -113,7 +117,9 @@ def crash_pod(namespace: str, name: str, container: str | None = None, state=Non
     pod = find_pod(namespace, name, state)
     containers: dict = pod.get("containers") or {}
     if container is not None and container not in containers:
-        raise FaultError(f"pod {namespace}/{name} has no container {container!r} (has: {', '.join(containers)})")
+        raise FaultError(
+            f"pod {namespace}/{name} has no container {container!r} (has: {', '.join(containers)})"
+        )
     killed = []
     for cname, pid in containers.items():
         if container is not None and cname != container:
@@ -243,7 +249,11 @@ def start_node(node: str, state=None) -> int:
 
 def _main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="fault injection for the quorumkeeper local cluster")
-    ap.add_argument("--state", default=None, help="QK_STATE directory (default $QK_STATE or /var/lib/quorumkeeper)")
+    ap.add_argument(
+        "--state",
+        default=None,
+        help="QK_STATE directory (default $QK_STATE or /var/lib/quorumkeeper)",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("crash-pod")
     p.add_argument("namespace")
@@ -263,20 +273,28 @@ def _main(argv: list[str] | None = None) -> int:
             pids = crash_pod(a.namespace, a.name, a.container, state=a.state)
             print(f"killed {pids}" if pids else "nothing running")
         elif a.cmd == "partition-pod":
-            print(f"partitioned {a.namespace}/{a.name} ({partition_pod(a.namespace, a.name, state=a.state)} down)")
+            print(
+                f"partitioned {a.namespace}/{a.name} ({partition_pod(a.namespace, a.name, state=a.state)} down)"
+            )
         elif a.cmd == "heal-pod":
-            print(f"healed {a.namespace}/{a.name} ({heal_pod(a.namespace, a.name, state=a.state)} up)")
+            print(
+                f"healed {a.namespace}/{a.name} ({heal_pod(a.namespace, a.name, state=a.state)} up)"
+            )
         elif a.cmd == "stop-node":
             print("stopped" if stop_node(a.node, state=a.state) else "was not running")
         elif a.cmd == "start-node":
             print(f"running, pid {start_node(a.node, state=a.state)}")
         elif a.cmd == "list":
             for pod in list_pods(a.state):
-                print(f"{pod['node']}\t{pod['namespace']}/{pod['name']}\t{pod.get('podIP', '')}\t{pod.get('containers')}")
+                print(
+                    f"{pod['node']}\t{pod['namespace']}/{pod['name']}\t{pod.get('podIP', '')}\t{pod.get('containers')}"
+                )
             root = nodes_dir(a.state)
             for d in sorted(root.iterdir()) if root.is_dir() else []:
                 if (d / "agent.cmdline").exists():
-                    print(f"agent {d.name}: {'running pid ' + str(_agent_pid(d)) if _agent_pid(d) else 'stopped'}")
+                    print(
+                        f"agent {d.name}: {'running pid ' + str(_agent_pid(d)) if _agent_pid(d) else 'stopped'}"
+                    )
     except FaultError as e:
         print(f"faults.py: {e}", file=sys.stderr)
         return 2

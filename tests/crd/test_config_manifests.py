@@ -377,7 +377,7 @@ def test_watches():
         assert w["reconcilePeriod"] == period
         assert w["manageStatus"] is False
         assert w["watchDependentResources"] is True
-        assert w["snakeCaseParameters"] is True
+        assert w["snakeCaseParameters"] is False, "snake-casing would mangle annotation keys"
         assert "playbook" not in w
     crd_kinds = {
         yaml.safe_load(p.read_text())["spec"]["names"]["kind"]

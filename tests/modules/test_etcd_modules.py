@@ -265,11 +265,11 @@ def test_promote_missing_member_fails(etcd_factory, run_module):
     assert not res["failed"] and res["changed"] is False
 
 
-def test_unreachable_endpoints():
+def test_unreachable_endpoints(run_module):
     # no etcd needed: ports that nothing listens on
     ports = [etcdharness.free_port(), etcdharness.free_port()]
     endpoints = [f"http://127.0.0.1:{p}" for p in ports]
-    run = etcdharness.ModuleRunner(etcdharness.Path("/tmp") / f"qk-ansible-{ports[0]}")
+    run = run_module
     res = run("etcd_cluster_info", {"endpoints": endpoints, "timeout": 2})
     assert res["failed"] is True
     assert res["msg"].startswith("cannot reach etcd: no etcd endpoint answered")
