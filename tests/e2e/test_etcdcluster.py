@@ -11,7 +11,8 @@ from kubehelpers import ROOT, wait_until
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 import faults  # noqa: E402
 
-pytestmark = pytest.mark.cluster
+# Whole-cluster scenarios take minutes; each still waits on conditions with its own timeouts.
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 OPERATOR_NAMESPACE = "quorumkeeper-system"
 
 

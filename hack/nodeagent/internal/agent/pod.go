@@ -616,6 +616,7 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 		reason = "Error"
 	}
 	fin := metav1.Now()
+	pol := pr.restartPolicyFor(c)
 	pr.mu.Lock()
 	msg := c.killMsg
 	c.pid = 0
@@ -628,7 +629,6 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 	pr.state.Containers[c.spec.Name] = 0
 	pr.state.PIDStart[c.spec.Name] = 0
 	willRestart := pr.ctx.Err() == nil
-	pol := pr.restartPolicyFor(c)
 	if pol == corev1.RestartPolicyNever || (pol == corev1.RestartPolicyOnFailure && code == 0) {
 		willRestart = false
 	}

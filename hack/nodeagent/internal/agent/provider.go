@@ -19,9 +19,11 @@ import (
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	corev1listers "k8s.io/client-go/listers/core/v1"
 	statsv1alpha1 "k8s.io/kubelet/pkg/apis/stats/v1alpha1"
 	utilexec "k8s.io/utils/exec"
 )
@@ -149,7 +151,8 @@ func (p *Provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 	if !pod.Spec.HostNetwork {
 		st.NetNS, st.HostVeth = NetNSName(uid), HostVethName(uid)
 	}
-	prevCounts := st.RestartCounts
+	prevCounts, killed := st.RestartCounts, st.Killed
+	st.Killed = nil
 	st.Containers, st.PIDStart, st.RestartCounts = map[string]int{}, map[string]uint64{}, map[string]int32{}
 	ctx, cancel := context.WithCancel(context.Background())
 	pr := &podRuntime{
@@ -171,9 +174,10 @@ func (p *Provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 		if init {
 			cc.status.State.Waiting.Reason = "PodInitializing"
 		}
-		if n, ok := prevCounts[c.Name]; ok {
+		cc.status.RestartCount = prevCounts[c.Name]
+		if killed[c.Name] {
 			// the agent restarted and killed the previous instance: count it as a restart
-			cc.status.RestartCount = n + 1
+			cc.status.RestartCount++
 		}
 		st.RestartCounts[c.Name] = cc.status.RestartCount
 		pr.ctrs = append(pr.ctrs, cc)
@@ -220,6 +224,10 @@ func (p *Provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	pr, ok := p.pods[k]
 	p.mu.Unlock()
 	if !ok || pr.pod.UID != pod.UID {
+		// a pod we did not start in this run (e.g. a completed pod from before an
+		// agent restart): drop what is left of it
+		dir := filepath.Join(p.cfg.StateDir, "pods", PodDirName(pod.Namespace, pod.Name, string(pod.UID)))
+		p.removeStale(dir, string(pod.UID))
 		return errdefs.NotFound("pod not found")
 	}
 	pr.mu.Lock()
@@ -241,7 +249,17 @@ func (p *Provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 		go func() {
 			<-pr.done
 			pr.removeAll()
-			time.Sleep(time.Second)
+			// Like kubelet's status manager: once everything stopped, finish the
+			// deletion in the API (the final status went out through the notifier).
+			time.Sleep(300 * time.Millisecond)
+			zero := int64(0)
+			uid := pod.UID
+			err := p.client.CoreV1().Pods(pod.Namespace).Delete(context.Background(), pod.Name,
+				metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				p.logf("pod %s: final delete: %v", k, err)
+			}
+			time.Sleep(700 * time.Millisecond)
 			p.mu.Lock()
 			if p.pods[k] == pr {
 				delete(p.pods, k)
@@ -496,6 +514,10 @@ func (p *Provider) CleanupLeftovers(ctx context.Context) error {
 		}
 		for name, pid := range st.Containers {
 			if pid > 0 {
+				if st.Killed == nil {
+					st.Killed = map[string]bool{}
+				}
+				st.Killed[name] = true
 				p.logf("leftover %s/%s: killing container %s (pid %d)", st.Namespace, st.Name, name, pid)
 				killLeftover(pid, st.PIDStart[name])
 			}
@@ -546,3 +568,62 @@ func (p *Provider) KillAll() {
 }
 
 var _ = bufio.NewReader
+
+// removeStale removes the state (processes, sandbox, IP, directory) of a pod
+// that this agent process does not run.
+func (p *Provider) removeStale(dir, uid string) {
+	st, err := LoadState(dir)
+	if err != nil || (uid != "" && st.UID != uid) {
+		return
+	}
+	for name, pid := range st.Containers {
+		killLeftover(pid, st.PIDStart[name])
+	}
+	if !st.HostNetwork {
+		TeardownPodNetwork(st.NetNS, st.HostVeth)
+	}
+	for _, m := range st.MemoryMounts {
+		_, _ = run("umount", "-l", m)
+	}
+	_ = p.ipam.Release(st.UID)
+	_ = os.RemoveAll(dir)
+	p.logf("pod %s/%s: removed the state of a pod that is gone", st.Namespace, st.Name)
+}
+
+// GCLoop removes state directories of pods that no longer exist in the API
+// and are not run by this process (e.g. completed pods from before an agent
+// restart, which virtual-kubelet deletes without calling DeletePod).
+func (p *Provider) GCLoop(ctx context.Context, pods corev1listers.PodLister) {
+	t := time.NewTicker(20 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		active := map[string]bool{}
+		p.mu.Lock()
+		for _, pr := range p.pods {
+			active[pr.dir] = true
+		}
+		p.mu.Unlock()
+		entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, "pods"))
+		for _, e := range entries {
+			dir := filepath.Join(p.cfg.StateDir, "pods", e.Name())
+			if active[dir] {
+				continue
+			}
+			st, err := LoadState(dir)
+			if err != nil {
+				continue
+			}
+			if pod, err := pods.Pods(st.Namespace).Get(st.Name); err == nil && string(pod.UID) == st.UID {
+				continue
+			} else if err != nil && !apierrors.IsNotFound(err) {
+				continue
+			}
+			p.removeStale(dir, st.UID)
+		}
+	}
+}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,7 +26,22 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 )
+
+// klogFilter drops the endless "cannot list secrets/configmaps" errors of
+// virtual-kubelet's cluster-wide Secret/ConfigMap informers: the Node
+// authorizer (rightly) forbids a node to list them, and the agent reads the
+// objects it needs with GETs instead.
+type klogFilter struct{}
+
+func (klogFilter) Write(b []byte) (int, error) {
+	s := string(b)
+	if strings.Contains(s, "forbidden") && (strings.Contains(s, "*v1.Secret") || strings.Contains(s, "*v1.ConfigMap")) {
+		return len(b), nil
+	}
+	return os.Stderr.Write(b)
+}
 
 // selfSignedCert makes an in-memory serving certificate for the kubelet API.
 func selfSignedCert(nodeName string, ip net.IP) (tls.Certificate, error) {
@@ -75,6 +91,8 @@ func RunMain(args []string) error {
 	fs.DurationVar(&cfg.BackoffMax, "restart-backoff-max", 30*time.Second, "maximum crash-loop back-off (kubelet: 5m)")
 	fs.BoolVar(&cfg.KillPodsOnExit, "kill-pods-on-exit", false, "kill all pods when the agent exits (default: leave them running like kubelet)")
 	_ = fs.Parse(args)
+	klog.LogToStderr(false)
+	klog.SetOutput(klogFilter{})
 	if cfg.StateDir == "" {
 		cfg.StateDir = "/var/lib/quorumkeeper/nodes/" + cfg.NodeName
 	}
@@ -124,8 +142,13 @@ func RunMain(args []string) error {
 		return err
 	}
 	mux := http.NewServeMux()
+	nodeReady := make(chan struct{})
 	newProvider := func(pc nodeutil.ProviderConfig) (nodeutil.Provider, node.NodeProvider, error) {
 		n := pc.Node
+		go func() {
+			<-nodeReady
+			prov.GCLoop(ctx, pc.Pods)
+		}()
 		n.Labels = map[string]string{
 			"kubernetes.io/hostname":           cfg.NodeName,
 			"kubernetes.io/os":                 "linux",
@@ -172,6 +195,7 @@ func RunMain(args []string) error {
 	go func() {
 		if err := nd.WaitReady(ctx, 0); err == nil {
 			prov.logf("node %s ready", cfg.NodeName)
+			close(nodeReady)
 		}
 	}()
 	err = nd.Run(ctx)

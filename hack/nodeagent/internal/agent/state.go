@@ -24,6 +24,9 @@ type PodState struct {
 	PIDStart      map[string]uint64 `json:"pidStart"`     // name -> /proc/<pid>/stat starttime
 	RestartCounts map[string]int32 `json:"restartCounts"` // name -> restart count
 	MemoryMounts  []string         `json:"memoryMounts,omitempty"`
+	// Killed lists containers whose process an agent restart killed: their
+	// restart count goes up by one when the pod is started again.
+	Killed map[string]bool `json:"killed,omitempty"`
 	UpdatedAt     time.Time        `json:"updatedAt"`
 }
 

@@ -109,7 +109,7 @@ func (pr *podRuntime) podWithStatus() *corev1.Pod {
 		Message:   pr.message,
 		Reason:    pr.reason,
 	}
-	if pr.state.PodIP != "" && (pr.netUp || phase == corev1.PodRunning) {
+	if pr.state.PodIP != "" {
 		st.PodIP = pr.state.PodIP
 		st.PodIPs = []corev1.PodIP{{IP: pr.state.PodIP}}
 	}

@@ -158,8 +158,51 @@ func Setup(s *Spec) error {
 	return nil
 }
 
+// ResolveInRoot resolves path inside root like chroot would: symlinks
+// (absolute ones included) never lead outside root. Missing trailing
+// components are returned unresolved.
+func ResolveInRoot(root, path string) (string, error) {
+	parts := strings.Split(filepath.Clean("/"+path), "/")
+	cur := "/"
+	hops := 0
+	for i := 0; i < len(parts); i++ {
+		p := parts[i]
+		if p == "" || p == "." {
+			continue
+		}
+		if p == ".." {
+			cur = filepath.Dir(cur)
+			continue
+		}
+		next := filepath.Join(cur, p)
+		fi, err := os.Lstat(filepath.Join(root, next))
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		hops++
+		if hops > 40 {
+			return "", fmt.Errorf("too many symlinks resolving %s", path)
+		}
+		link, err := os.Readlink(filepath.Join(root, next))
+		if err != nil {
+			return "", err
+		}
+		rest := append(strings.Split(link, "/"), parts[i+1:]...)
+		if filepath.IsAbs(link) {
+			cur = "/"
+		}
+		parts = rest
+		i = -1
+	}
+	return filepath.Join(root, cur), nil
+}
+
 func doMount(root string, m Mount) error {
-	target := filepath.Join(root, filepath.Clean("/"+m.Target))
+	target, err := ResolveInRoot(root, m.Target)
+	if err != nil {
+		return err
+	}
 	if m.Type == "tmpfs" {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			return err
