@@ -89,6 +89,10 @@ lint: toolchain ## ruff and ansible-lint
 	$(VENV)/bin/ruff format --check .
 	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/ansible-lint roles
 
+.PHONY: molecule
+molecule: toolchain ## The Operator SDK molecule scenario on the local cluster
+	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/molecule test
+
 .PHONY: bench
 bench: cluster-up ## Benchmarks; results in bench/results/
 	$(PYTHON) bench/run.py
