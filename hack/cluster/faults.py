@@ -6,7 +6,8 @@ Works on the node agents' state directories, `$QK_STATE/nodes/<node>/` (QK_STATE
 
 - `pods/<namespace>_<name>_<uid>/pod.json`, written by the node agent (`hack/nodeagent`):
   {namespace, name, uid, netns, hostVeth, podIP, hostNetwork, containers: {name: pid}, ...}
-- `agent.pid` and `agent.cmdline` (a JSON argv list), written by `localcluster.py`.
+- `agent.pid` and `agent.cmdline` (a JSON argv list), written by `localcluster.py`; start_node
+  also updates localcluster.py's own record `$QK_STATE/nodes/nodeagent-<node>/pid` when it exists.
 
 Commands (all idempotent; unknown pods or nodes raise FaultError / exit 2):
 
@@ -28,6 +29,7 @@ restarts (the veth belongs to the pod, not to the container).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -128,10 +130,8 @@ def crash_pod(namespace: str, name: str, container: str | None = None, state=Non
             continue
         pid = int(pid)
         for target in (-pid, pid):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(target, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         killed.append(pid)
     return killed
 
@@ -180,12 +180,28 @@ def _node_dir(node: str, state=None) -> Path:
     return d
 
 
-def _agent_pid(node_dir: Path) -> int | None:
+def _argv0(pid: int) -> str | None:
     try:
-        pid = int((node_dir / "agent.pid").read_text().strip())
-    except (OSError, ValueError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
         return None
-    return pid if _alive(pid) else None
+
+
+def _agent_pid(node_dir: Path) -> int | None:
+    """The running agent: agent.pid, or else localcluster.py's record of it (a recycled pid
+    that runs another program does not count)."""
+    try:
+        expected = json.loads((node_dir / "agent.cmdline").read_text())[0]
+    except (OSError, ValueError, IndexError, KeyError, TypeError):
+        expected = None
+    for f in (node_dir / "agent.pid", node_dir.parent / f"nodeagent-{node_dir.name}" / "pid"):
+        try:
+            pid = int(f.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if _alive(pid) and (expected is None or _argv0(pid) == str(expected)):
+            return pid
+    return None
 
 
 def node_running(node: str, state=None) -> bool:
@@ -195,7 +211,8 @@ def node_running(node: str, state=None) -> bool:
 def stop_node(node: str, state=None, timeout: float = 30.0) -> bool:
     """SIGTERM the node's agent and wait for it to exit (SIGKILL after timeout).
 
-    The agent leaves its pods running, like a stopped kubelet. Returns False when it was not running.
+    The agent leaves its pods running, like a stopped kubelet.
+    Returns False when it was not running.
     """
     d = _node_dir(node, state)
     pid = _agent_pid(d)
@@ -211,10 +228,8 @@ def stop_node(node: str, state=None, timeout: float = 30.0) -> bool:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + 10
         time.sleep(0.1)
-    try:  # reap it if we happen to be its parent
+    with contextlib.suppress(ChildProcessError):  # reap it if we happen to be its parent
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
     return True
 
 
@@ -244,6 +259,11 @@ def start_node(node: str, state=None) -> int:
             cwd=str(d.parent),
         )
     (d / "agent.pid").write_text(str(proc.pid))
+    # Keep localcluster.py's own supervision record in step, so that a later
+    # `localcluster.py up` sees this agent as running instead of starting a second one.
+    component_pid = d.parent / f"nodeagent-{node}" / "pid"
+    if component_pid.exists():
+        component_pid.write_text(str(proc.pid))
     return proc.pid
 
 
@@ -273,28 +293,24 @@ def _main(argv: list[str] | None = None) -> int:
             pids = crash_pod(a.namespace, a.name, a.container, state=a.state)
             print(f"killed {pids}" if pids else "nothing running")
         elif a.cmd == "partition-pod":
-            print(
-                f"partitioned {a.namespace}/{a.name} ({partition_pod(a.namespace, a.name, state=a.state)} down)"
-            )
+            veth = partition_pod(a.namespace, a.name, state=a.state)
+            print(f"partitioned {a.namespace}/{a.name} ({veth} down)")
         elif a.cmd == "heal-pod":
-            print(
-                f"healed {a.namespace}/{a.name} ({heal_pod(a.namespace, a.name, state=a.state)} up)"
-            )
+            veth = heal_pod(a.namespace, a.name, state=a.state)
+            print(f"healed {a.namespace}/{a.name} ({veth} up)")
         elif a.cmd == "stop-node":
             print("stopped" if stop_node(a.node, state=a.state) else "was not running")
         elif a.cmd == "start-node":
             print(f"running, pid {start_node(a.node, state=a.state)}")
         elif a.cmd == "list":
             for pod in list_pods(a.state):
-                print(
-                    f"{pod['node']}\t{pod['namespace']}/{pod['name']}\t{pod.get('podIP', '')}\t{pod.get('containers')}"
-                )
+                key = f"{pod['namespace']}/{pod['name']}"
+                print(f"{pod['node']}\t{key}\t{pod.get('podIP', '')}\t{pod.get('containers')}")
             root = nodes_dir(a.state)
             for d in sorted(root.iterdir()) if root.is_dir() else []:
                 if (d / "agent.cmdline").exists():
-                    print(
-                        f"agent {d.name}: {'running pid ' + str(_agent_pid(d)) if _agent_pid(d) else 'stopped'}"
-                    )
+                    pid = _agent_pid(d)
+                    print(f"agent {d.name}: {f'running pid {pid}' if pid else 'stopped'}")
     except FaultError as e:
         print(f"faults.py: {e}", file=sys.stderr)
         return 2

@@ -11,12 +11,21 @@ import (
 )
 
 // IPAM allocates pod IPs from the node's pod CIDR and persists allocations
-// (ip -> owner, usually the pod UID) in a JSON file.
+// (ip -> owner, usually the pod UID) in a JSON file. Like host-local IPAM it
+// hands out addresses round-robin (after the last one allocated), so that a
+// just-released IP is not immediately reused while peers may still cache its
+// old MAC address.
 type IPAM struct {
 	mu    sync.Mutex
 	path  string
 	cidr  *net.IPNet
 	alloc map[string]string
+	last  string
+}
+
+type ipamFile struct {
+	Last        string            `json:"last,omitempty"`
+	Allocations map[string]string `json:"allocations"`
 }
 
 // NewIPAM loads (or creates) the allocation file.
@@ -31,9 +40,21 @@ func NewIPAM(path, cidr string) (*IPAM, error) {
 	a := &IPAM{path: path, cidr: n, alloc: map[string]string{}}
 	if path != "" {
 		if data, err := os.ReadFile(path); err == nil {
-			if err := json.Unmarshal(data, &a.alloc); err != nil {
+			var f ipamFile
+			if err := json.Unmarshal(data, &f); err != nil {
 				return nil, fmt.Errorf("ipam file %s: %w", path, err)
 			}
+			if f.Allocations != nil {
+				a.alloc = f.Allocations
+			} else {
+				// early format: a plain ip -> owner map
+				var m map[string]string
+				if json.Unmarshal(data, &m) == nil && m != nil {
+					delete(m, "last")
+					a.alloc = m
+				}
+			}
+			a.last = f.Last
 		}
 	}
 	return a, nil
@@ -43,7 +64,7 @@ func (a *IPAM) save() error {
 	if a.path == "" {
 		return nil
 	}
-	data, _ := json.MarshalIndent(a.alloc, "", "  ")
+	data, _ := json.MarshalIndent(ipamFile{Last: a.last, Allocations: a.alloc}, "", "  ")
 	tmp := a.path + ".tmp"
 	if err := os.MkdirAll(filepath.Dir(a.path), 0o755); err != nil {
 		return err
@@ -67,15 +88,29 @@ func (a *IPAM) Allocate(owner string) (net.IP, error) {
 	base := binary.BigEndian.Uint32(a.cidr.IP.To4())
 	ones, bits := a.cidr.Mask.Size()
 	size := uint32(1) << uint(bits-ones)
-	for off := uint32(2); off+1 < size; off++ {
+	if size < 4 {
+		return nil, fmt.Errorf("pod CIDR %s is too small", a.cidr)
+	}
+	first, n := uint32(2), size-3 // usable offsets: 2 .. size-2
+	start := uint32(0)
+	if l := net.ParseIP(a.last).To4(); l != nil && a.cidr.Contains(l) {
+		if off := binary.BigEndian.Uint32(l) - base; off >= first && off < first+n {
+			start = off - first + 1
+		}
+	}
+	for i := uint32(0); i < n; i++ {
+		off := first + (start+i)%n
 		ip := make(net.IP, 4)
 		binary.BigEndian.PutUint32(ip, base+off)
 		if _, used := a.alloc[ip.String()]; used {
 			continue
 		}
 		a.alloc[ip.String()] = owner
+		prevLast := a.last
+		a.last = ip.String()
 		if err := a.save(); err != nil {
 			delete(a.alloc, ip.String())
+			a.last = prevLast
 			return nil, err
 		}
 		return ip, nil

@@ -153,8 +153,29 @@ func TestIPAM(t *testing.T) {
 		t.Fatal("allocated past the end of the CIDR")
 	}
 	_ = b.Release("a")
+	// round-robin: after .6 (the last one handed out) it wraps to the freed .2
 	if ip, _ := b.Allocate("g"); !ip.Equal(net.ParseIP("10.213.1.2")) {
 		t.Fatalf("released IP not reused: %s", ip)
+	}
+	_ = b.Release("c") // .4
+	_ = b.Release("b") // .3
+	// next after .2 is .3: round-robin continues from the last allocation
+	if ip, _ := b.Allocate("h"); !ip.Equal(net.ParseIP("10.213.1.3")) {
+		t.Fatalf("round robin: got %s", ip)
+	}
+	c, _ := NewIPAM(path, "10.213.1.0/29")
+	if ip, _ := c.Allocate("i"); !ip.Equal(net.ParseIP("10.213.1.4")) {
+		t.Fatalf("last allocation not persisted: got %s", ip)
+	}
+}
+
+func TestIPAMRoundRobin(t *testing.T) {
+	a, _ := NewIPAM("", "10.213.1.0/24")
+	ip1, _ := a.Allocate("a")
+	_ = a.Release("a")
+	ip2, _ := a.Allocate("b")
+	if ip1.Equal(ip2) {
+		t.Fatalf("a just-released IP was reused at once: %s", ip2)
 	}
 }
 

@@ -66,6 +66,9 @@ func SetupPodNetwork(netns, hostVeth, bridge, podIP, gateway string) error {
 		{"ip", "link", "set", hostVeth, "up"},
 		{"ip", "-n", netns, "link", "set", "lo", "up"},
 		{"ip", "-n", netns, "addr", "add", podIP + "/16", "dev", "eth0"},
+		// gratuitous ARP when eth0 comes up: the host and other pods may still
+		// cache the MAC of an earlier pod that had this IP
+		{"ip", "netns", "exec", netns, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/conf/eth0/arp_notify"},
 		{"ip", "-n", netns, "link", "set", "eth0", "up"},
 		{"ip", "-n", netns, "route", "add", "default", "via", gateway},
 	}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -61,6 +62,7 @@ type podRuntime struct {
 
 	notifyCh chan struct{}
 	done     chan struct{}
+	removed  chan struct{} // closed once the pod left the provider's map
 }
 
 func newID() string {
@@ -170,7 +172,6 @@ func (pr *podRuntime) run() {
 	pr.message = ""
 	pr.mu.Unlock()
 	go pr.refreshLoop()
-	pod := pr.getPod()
 	// init containers, in order
 	for _, c := range pr.ctrs {
 		if !c.init {
@@ -207,7 +208,6 @@ func (pr *podRuntime) run() {
 		}(c)
 	}
 	wg.Wait()
-	_ = pod
 }
 
 func (pr *podRuntime) refreshLoop() {
@@ -412,8 +412,9 @@ func (pr *podRuntime) runContainer(c *ctr) bool {
 			pr.mu.Lock()
 			last := c.status.State
 			pr.mu.Unlock()
+			pod := pr.getPod()
 			pr.setWaiting(c, "CrashLoopBackOff", fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)",
-				d, c.spec.Name, pr.pod.Name, pr.pod.Namespace, pr.pod.UID))
+				d, c.spec.Name, pod.Name, pod.Namespace, pod.UID))
 			pr.mu.Lock()
 			if last.Terminated != nil {
 				c.status.LastTerminationState = last
@@ -429,7 +430,7 @@ func (pr *podRuntime) runContainer(c *ctr) bool {
 // containerEnvBase is the image env plus service env vars.
 func (pr *podRuntime) containerEnvBase(img *ImageEntry) []EnvPair {
 	var env []EnvPair
-	env = append(env, EnvPair{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"})
+	env = append(env, EnvPair{"PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, EnvPair{"HOME", "/root"})
 	if img != nil {
 		for _, k := range sortedKeys(img.Env) {
 			found := false
@@ -444,8 +445,10 @@ func (pr *podRuntime) containerEnvBase(img *ImageEntry) []EnvPair {
 			}
 		}
 	}
-	pod := pr.getPod()
-	if !pod.Spec.HostNetwork || true {
+	if pr.getPod().Spec.HostNetwork {
+		h, _ := os.Hostname()
+		env = append(env, EnvPair{"HOSTNAME", h})
+	} else {
 		env = append(env, EnvPair{"HOSTNAME", pr.hostname()})
 	}
 	cfg := pr.p.cfg
@@ -492,7 +495,7 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 		pr.setWaiting(c, "CreateContainerConfigError", "no command specified (container command/args and image map entrypoint/cmd are empty)")
 		return false, 0
 	}
-	mounts, err := pr.containerMounts(&c.spec, pr.vols, img)
+	mounts, err := pr.containerMounts(&c.spec, pr.vols, img, env)
 	if err != nil {
 		pr.setWaiting(c, "CreateContainerConfigError", err.Error())
 		return false, 0
@@ -565,11 +568,6 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 	c.status.Ready = false
 	st := c.spec.StartupProbe == nil
 	c.status.Started = &st
-	if c.init {
-		c.status.Started = nil
-		f := false
-		c.status.Started = &f
-	}
 	pr.state.Containers[c.spec.Name] = pid
 	pr.state.PIDStart[c.spec.Name] = procStartTime(pid)
 	pr.state.RestartCounts[c.spec.Name] = c.status.RestartCount
@@ -615,10 +613,24 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 	if code != 0 {
 		reason = "Error"
 	}
+	startMsg := ""
+	if code == 128 {
+		// `nodeagent init` could not set up or exec the container
+		if data, err := os.ReadFile(logPath); err == nil {
+			for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+				if strings.HasPrefix(line, "nodeagent init: ") {
+					reason, startMsg = "StartError", strings.TrimPrefix(line, "nodeagent init: ")
+				}
+			}
+		}
+	}
 	fin := metav1.Now()
 	pol := pr.restartPolicyFor(c)
 	pr.mu.Lock()
 	msg := c.killMsg
+	if startMsg != "" {
+		msg = startMsg
+	}
 	c.pid = 0
 	c.status.State = corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 		ExitCode: code, Reason: reason, Message: msg, StartedAt: now, FinishedAt: fin, ContainerID: "qk://" + id,
@@ -631,6 +643,13 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 	willRestart := pr.ctx.Err() == nil
 	if pol == corev1.RestartPolicyNever || (pol == corev1.RestartPolicyOnFailure && code == 0) {
 		willRestart = false
+	}
+	if pr.ctx.Err() != nil && !pr.deleting {
+		// stopped by --kill-pods-on-exit: the next agent restarts it (+1)
+		if pr.state.Killed == nil {
+			pr.state.Killed = map[string]bool{}
+		}
+		pr.state.Killed[c.spec.Name] = true
 	}
 	if willRestart {
 		c.status.LastTerminationState = c.status.State

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/virtual-kubelet/virtual-kubelet/errdefs"
 	"github.com/virtual-kubelet/virtual-kubelet/node/api"
@@ -126,16 +126,26 @@ func key(ns, name string) string { return ns + "/" + name }
 
 // CreatePod implements node.PodLifecycleHandler. It returns at once; the pod
 // is started asynchronously and its status pushed through the notifier.
-func (p *Provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 	k := key(pod.Namespace, pod.Name)
-	if old, ok := p.pods[k]; ok {
-		if old.pod.UID == pod.UID {
+	for {
+		p.mu.Lock()
+		old, ok := p.pods[k]
+		if !ok {
+			break // p.mu stays locked
+		}
+		if old.getPod().UID == pod.UID {
+			p.mu.Unlock()
 			return nil
 		}
-		return errdefs.InvalidInput(fmt.Sprintf("pod %s with another uid is still terminating", k))
+		p.mu.Unlock()
+		// an earlier pod of the same name (a StatefulSet replacement): it has to
+		// be gone before the new one starts
+		if err := p.replaceOld(ctx, k, old); err != nil {
+			return err
+		}
 	}
+	defer p.mu.Unlock()
 	pod = pod.DeepCopy()
 	uid := string(pod.UID)
 	dir := filepath.Join(p.cfg.StateDir, "pods", PodDirName(pod.Namespace, pod.Name, uid))
@@ -159,7 +169,7 @@ func (p *Provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 		p: p, pod: pod, dir: dir, state: st, tokens: map[string]*tokenCache{},
 		ctx: ctx, cancel: cancel, phase: corev1.PodPending, startTime: metav1.Now(),
 		condTimes: map[corev1.PodConditionType]metav1.Time{}, condVals: map[corev1.PodConditionType]corev1.ConditionStatus{},
-		notifyCh: make(chan struct{}, 1), done: make(chan struct{}),
+		notifyCh: make(chan struct{}, 1), done: make(chan struct{}), removed: make(chan struct{}),
 	}
 	if pod.Status.StartTime != nil {
 		pr.startTime = *pod.Status.StartTime
@@ -173,6 +183,13 @@ func (p *Provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 		}
 		if init {
 			cc.status.State.Waiting.Reason = "PodInitializing"
+		}
+		// report an unknown image from the very first status on
+		if im, err := p.images.Get(); err == nil {
+			if _, ok := im.Lookup(c.Image); !ok {
+				cc.status.State.Waiting.Reason = "ErrImagePull"
+				cc.status.State.Waiting.Message = fmt.Sprintf("image %q is not in the node agent's image map %s", c.Image, p.images.Path)
+			}
 		}
 		cc.status.RestartCount = prevCounts[c.Name]
 		if killed[c.Name] {
@@ -198,13 +215,37 @@ func (p *Provider) CreatePod(_ context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// replaceOld stops (if needed) and waits for the removal of an older pod
+// with the same name.
+func (p *Provider) replaceOld(ctx context.Context, k string, old *podRuntime) error {
+	old.mu.Lock()
+	deleting := old.deleting
+	oldPod := old.pod
+	old.mu.Unlock()
+	if !deleting {
+		p.logf("pod %s: replaced by a pod with another uid, stopping uid %s", k, oldPod.UID)
+		_ = p.DeletePod(ctx, oldPod)
+	}
+	select {
+	case <-old.removed:
+		return nil
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("pod %s: the previous pod of that name (uid %s) is still terminating", k, oldPod.UID)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // UpdatePod implements node.PodLifecycleHandler (labels/annotations only).
-func (p *Provider) UpdatePod(_ context.Context, pod *corev1.Pod) error {
+func (p *Provider) UpdatePod(ctx context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	pr, ok := p.pods[key(pod.Namespace, pod.Name)]
 	p.mu.Unlock()
 	if !ok {
 		return errdefs.NotFound("pod not found")
+	}
+	if pr.getPod().UID != pod.UID {
+		return p.CreatePod(ctx, pod)
 	}
 	pr.mu.Lock()
 	np := pod.DeepCopy()
@@ -223,7 +264,7 @@ func (p *Provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 	p.mu.Lock()
 	pr, ok := p.pods[k]
 	p.mu.Unlock()
-	if !ok || pr.pod.UID != pod.UID {
+	if !ok || pr.getPod().UID != pod.UID {
 		// a pod we did not start in this run (e.g. a completed pod from before an
 		// agent restart): drop what is left of it
 		dir := filepath.Join(p.cfg.StateDir, "pods", PodDirName(pod.Namespace, pod.Name, string(pod.UID)))
@@ -259,12 +300,12 @@ func (p *Provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				p.logf("pod %s: final delete: %v", k, err)
 			}
-			time.Sleep(700 * time.Millisecond)
 			p.mu.Lock()
 			if p.pods[k] == pr {
 				delete(p.pods, k)
 			}
 			p.mu.Unlock()
+			close(pr.removed)
 			p.logf("pod %s: deleted", k)
 		}()
 		return nil
@@ -342,6 +383,10 @@ func (p *Provider) GetContainerLogs(ctx context.Context, namespace, podName, con
 		running = false
 	}
 	path := pr.logPath(c.spec.Name, n)
+	if _, err := os.Stat(path); err != nil && !running && !opts.Previous && n > 0 {
+		// back-off between two instances: show the last one, like kubelet
+		path = pr.logPath(c.spec.Name, n-1)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		if os.IsNotExist(err) {
@@ -442,6 +487,9 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, conta
 	}
 	ec := exec.CommandContext(ctx, "nsenter", nsenterArgs(pid, cmd)...)
 	ec.Env = envList(env)
+	if attach.TTY() {
+		return runWithTTY(ec, attach)
+	}
 	if in := attach.Stdin(); in != nil {
 		ec.Stdin = in
 	}
@@ -452,17 +500,58 @@ func (p *Provider) RunInContainer(ctx context.Context, namespace, podName, conta
 	if e := attach.Stderr(); e != nil {
 		ec.Stderr = e
 		defer e.Close()
-	} else if attach.TTY() && attach.Stdout() != nil {
-		ec.Stderr = attach.Stdout()
-	}
-	if attach.TTY() {
-		go func() {
-			for range attach.Resize() {
-			}
-		}()
 	}
 	ec.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	err = ec.Run()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", ee.ExitCode()), Code: ee.ExitCode()}
+	}
+	return err
+}
+
+// runWithTTY runs an exec session on a pseudo terminal.
+func runWithTTY(ec *exec.Cmd, attach api.AttachIO) error {
+	if ec.Env != nil {
+		hasTerm := false
+		for _, e := range ec.Env {
+			if strings.HasPrefix(e, "TERM=") {
+				hasTerm = true
+			}
+		}
+		if !hasTerm {
+			ec.Env = append(ec.Env, "TERM=xterm")
+		}
+	}
+	ptmx, err := pty.Start(ec)
+	if err != nil {
+		return err
+	}
+	defer ptmx.Close()
+	go func() {
+		for sz := range attach.Resize() {
+			_ = pty.Setsize(ptmx, &pty.Winsize{Rows: sz.Height, Cols: sz.Width})
+		}
+	}()
+	if in := attach.Stdin(); in != nil {
+		go func() { _, _ = io.Copy(ptmx, in) }()
+	}
+	done := make(chan struct{})
+	if out := attach.Stdout(); out != nil {
+		go func() {
+			_, _ = io.Copy(out, ptmx)
+			close(done)
+		}()
+	} else {
+		close(done)
+	}
+	err = ec.Wait()
+	select {
+	case <-done:
+	case <-time.After(500 * time.Millisecond):
+	}
+	if out := attach.Stdout(); out != nil {
+		out.Close()
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return utilexec.CodeExitError{Err: fmt.Errorf("command terminated with exit code %d", ee.ExitCode()), Code: ee.ExitCode()}
 	}
@@ -494,6 +583,7 @@ func (p *Provider) PortForward(context.Context, string, string, int32, io.ReadWr
 // (restart counts, IP, emptyDir data) is kept; everything else is removed.
 func (p *Provider) CleanupLeftovers(ctx context.Context) error {
 	live := map[string]bool{}
+	terminating := map[string]corev1.Pod{}
 	list, err := p.client.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.cfg.NodeName})
 	if err != nil {
 		return fmt.Errorf("list pods: %w", err)
@@ -501,8 +591,23 @@ func (p *Provider) CleanupLeftovers(ctx context.Context) error {
 	for _, pod := range list.Items {
 		if pod.DeletionTimestamp == nil {
 			live[string(pod.UID)] = true
+		} else {
+			terminating[string(pod.UID)] = pod
 		}
 	}
+	// Pods deleted while the agent was down: their processes are killed below,
+	// so finish their deletion in the API (like kubelet after termination).
+	defer func() {
+		for uid, pod := range terminating {
+			zero := int64(0)
+			u := pod.UID
+			err := p.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name,
+				metav1.DeleteOptions{GracePeriodSeconds: &zero, Preconditions: &metav1.Preconditions{UID: &u}})
+			if err == nil {
+				p.logf("pod %s/%s (uid %s) was deleted while the agent was down: removed", pod.Namespace, pod.Name, uid)
+			}
+		}
+	}()
 	entries, _ := os.ReadDir(filepath.Join(p.cfg.StateDir, "pods"))
 	for _, e := range entries {
 		dir := filepath.Join(p.cfg.StateDir, "pods", e.Name())
@@ -566,8 +671,6 @@ func (p *Provider) KillAll() {
 		}
 	}
 }
-
-var _ = bufio.NewReader
 
 // removeStale removes the state (processes, sandbox, IP, directory) of a pod
 // that this agent process does not run.

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/virtual-kubelet/virtual-kubelet/node"
 	"github.com/virtual-kubelet/virtual-kubelet/node/nodeutil"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/kubernetes"
@@ -91,7 +93,11 @@ func RunMain(args []string) error {
 	fs.DurationVar(&cfg.BackoffMax, "restart-backoff-max", 30*time.Second, "maximum crash-loop back-off (kubelet: 5m)")
 	fs.BoolVar(&cfg.KillPodsOnExit, "kill-pods-on-exit", false, "kill all pods when the agent exits (default: leave them running like kubelet)")
 	_ = fs.Parse(args)
-	klog.LogToStderr(false)
+	kfs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(kfs)
+	_ = kfs.Set("logtostderr", "false")
+	_ = kfs.Set("alsologtostderr", "false")
+	_ = kfs.Set("stderrthreshold", "FATAL")
 	klog.SetOutput(klogFilter{})
 	if cfg.StateDir == "" {
 		cfg.StateDir = "/var/lib/quorumkeeper/nodes/" + cfg.NodeName
@@ -107,6 +113,20 @@ func RunMain(args []string) error {
 	}
 	port, _ := strconv.Atoi(portStr)
 	_ = host
+
+	// One agent per node: a second one (e.g. started by a supervisor that
+	// lost track of the first) must not touch the first one's containers.
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return err
+	}
+	lock, err := os.OpenFile(filepath.Join(cfg.StateDir, "agent.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fmt.Errorf("another node agent already runs with state dir %s: %w", cfg.StateDir, err)
+	}
 
 	restCfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {

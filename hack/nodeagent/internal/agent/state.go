@@ -13,21 +13,21 @@ import (
 // PodState is persisted as <state-dir>/pods/<ns>_<name>_<uid>/pod.json.
 // The fault injection CLI (hack/cluster/faults.py) reads it.
 type PodState struct {
-	Namespace     string           `json:"namespace"`
-	Name          string           `json:"name"`
-	UID           string           `json:"uid"`
-	NetNS         string           `json:"netns"`
-	HostVeth      string           `json:"hostVeth"`
-	PodIP         string           `json:"podIP"`
-	HostNetwork   bool             `json:"hostNetwork"`
-	Containers    map[string]int   `json:"containers"`    // name -> pid (0 = not running)
-	PIDStart      map[string]uint64 `json:"pidStart"`     // name -> /proc/<pid>/stat starttime
-	RestartCounts map[string]int32 `json:"restartCounts"` // name -> restart count
-	MemoryMounts  []string         `json:"memoryMounts,omitempty"`
+	Namespace     string            `json:"namespace"`
+	Name          string            `json:"name"`
+	UID           string            `json:"uid"`
+	NetNS         string            `json:"netns"`
+	HostVeth      string            `json:"hostVeth"`
+	PodIP         string            `json:"podIP"`
+	HostNetwork   bool              `json:"hostNetwork"`
+	Containers    map[string]int    `json:"containers"`    // name -> pid (0 = not running)
+	PIDStart      map[string]uint64 `json:"pidStart"`      // name -> /proc/<pid>/stat starttime
+	RestartCounts map[string]int32  `json:"restartCounts"` // name -> restart count
+	MemoryMounts  []string          `json:"memoryMounts,omitempty"`
 	// Killed lists containers whose process an agent restart killed: their
 	// restart count goes up by one when the pod is started again.
-	Killed map[string]bool `json:"killed,omitempty"`
-	UpdatedAt     time.Time        `json:"updatedAt"`
+	Killed    map[string]bool `json:"killed,omitempty"`
+	UpdatedAt time.Time       `json:"updatedAt"`
 }
 
 // PodDirName is the state directory name of a pod.

@@ -357,7 +357,7 @@ func (pr *podRuntime) pvcPath(ctx context.Context, ns, claim string) (string, er
 }
 
 // containerMounts turns volumeMounts into init mounts (after the image binds).
-func (pr *podRuntime) containerMounts(c *corev1.Container, vols map[string]string, img *ImageEntry) ([]initproc.Mount, error) {
+func (pr *podRuntime) containerMounts(c *corev1.Container, vols map[string]string, img *ImageEntry, env []EnvPair) ([]initproc.Mount, error) {
 	var ms []initproc.Mount
 	if img != nil {
 		for _, b := range img.SortedBinds() {
@@ -372,7 +372,7 @@ func (pr *podRuntime) containerMounts(c *corev1.Container, vols map[string]strin
 		if vm.SubPath != "" || vm.SubPathExpr != "" {
 			sp := vm.SubPath
 			if vm.SubPathExpr != "" {
-				sp = Expand(vm.SubPathExpr, MapFunc(nil))
+				sp = Expand(vm.SubPathExpr, MapFunc(env))
 			}
 			if strings.Contains(sp, "..") {
 				return nil, fmt.Errorf("subPath %q must not contain '..'", sp)

@@ -1,0 +1,202 @@
+"""hack/cluster/faults.py against a fake state directory (no cluster, no Go, no root needed
+except for nothing: pods are plain `sleep` processes, the agent is a Python sleeper)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("faults", ROOT / "hack" / "cluster" / "faults.py")
+faults = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(faults)
+
+
+def _alive(pid: int) -> bool:
+    return faults._alive(pid)
+
+
+@pytest.fixture
+def state(tmp_path):
+    procs = []
+
+    def spawn(argv, **kw):
+        p = subprocess.Popen(argv, start_new_session=True, **kw)
+        procs.append(p)
+        return p
+
+    yield tmp_path, spawn
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+def write_pod(root: Path, node: str, ns: str, name: str, containers: dict, uid="u1") -> Path:
+    d = root / "nodes" / node / "pods" / f"{ns}_{name}_{uid}"
+    d.mkdir(parents=True)
+    (d / "pod.json").write_text(
+        json.dumps(
+            {
+                "namespace": ns,
+                "name": name,
+                "uid": uid,
+                "netns": "qk-x",
+                "hostVeth": "qkhdoesnotexist",
+                "podIP": "10.213.1.2",
+                "containers": containers,
+                "updatedAt": "2026-01-01T00:00:00Z",
+            }
+        )
+    )
+    return d
+
+
+def _reap(p, timeout=5):
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        p.wait(timeout=timeout)
+
+
+def test_crash_pod_kills_the_process_group(state):
+    root, spawn = state
+    main = spawn(["sh", "-c", "sleep 300 & sleep 300; wait"])
+    other = spawn(["sleep", "300"])
+    time.sleep(0.2)
+    write_pod(root, "node-1", "ns", "p", {"etcd": main.pid, "side": other.pid})
+    assert faults.crash_pod("ns", "p", container="etcd", state=root) == [main.pid]
+    _reap(main)
+    assert main.returncode == -signal.SIGKILL
+    assert other.poll() is None  # other container untouched
+    # the whole group went (the background sleep too)
+    out = subprocess.run(["pgrep", "-g", str(main.pid)], capture_output=True, text=True)
+    deadline = time.monotonic() + 5
+    while any(_alive(int(p)) for p in out.stdout.split()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(int(p)) for p in out.stdout.split())  # zombies do not count
+    # idempotent: nothing left to kill
+    assert faults.crash_pod("ns", "p", container="etcd", state=root) == []
+    assert faults.crash_pod("ns", "p", state=root) == [other.pid]
+
+
+def test_unknown_pod_and_container(state):
+    root, _ = state
+    write_pod(root, "node-1", "ns", "p", {"c": 0})
+    with pytest.raises(faults.FaultError, match="not known"):
+        faults.crash_pod("ns", "nope", state=root)
+    with pytest.raises(faults.FaultError, match="no container"):
+        faults.crash_pod("ns", "p", container="x", state=root)
+    with pytest.raises(faults.FaultError, match="no host veth"):
+        faults.partition_pod("ns", "p", state=root)
+
+
+def test_newest_pod_json_wins(state):
+    root, _ = state
+    write_pod(root, "node-1", "ns", "p", {"c": 0}, uid="old")
+    d = write_pod(root, "node-2", "ns", "p", {"c": 0}, uid="new")
+    data = json.loads((d / "pod.json").read_text())
+    data["updatedAt"] = "2026-02-01T00:00:00Z"
+    (d / "pod.json").write_text(json.dumps(data))
+    assert faults.find_pod("ns", "p", state=root)["uid"] == "new"
+    assert faults.find_pod("ns", "p", state=root)["node"] == "node-2"
+
+
+def test_stop_and_start_node(state):
+    root, spawn = state
+    node = root / "nodes" / "node-1"
+    node.mkdir(parents=True)
+    argv = [
+        sys.executable,
+        "-c",
+        "import time, sys; print('agent up', flush=True); time.sleep(300)",
+    ]
+    (node / "agent.cmdline").write_text(json.dumps(argv))
+    agent = spawn(argv)
+    (node / "agent.pid").write_text(str(agent.pid))
+    assert faults.node_running("node-1", state=root)
+    assert faults.stop_node("node-1", state=root) is True
+    assert not _alive(agent.pid)  # stop_node reaped it (it is our child here)
+    assert not faults.node_running("node-1", state=root)
+    assert faults.stop_node("node-1", state=root) is False  # idempotent
+    pid = faults.start_node("node-1", state=root)
+    try:
+        assert int((node / "agent.pid").read_text()) == pid
+        assert faults.start_node("node-1", state=root) == pid  # idempotent
+        deadline = time.monotonic() + 5
+        while "agent up" not in (node / "agent.log").read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "agent up" in (node / "agent.log").read_text()
+        assert faults.stop_node("node-1", state=root) is True
+        assert not _alive(pid)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_unknown_node(state):
+    root, _ = state
+    with pytest.raises(faults.FaultError, match="unknown"):
+        faults.stop_node("node-9", state=root)
+    with pytest.raises(faults.FaultError, match="unknown"):
+        faults.start_node("node-9", state=root)
+
+
+def test_cli_exit_codes(state):
+    root, _ = state
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "hack" / "cluster" / "faults.py"),
+            "--state",
+            str(root),
+            "crash-pod",
+            "a",
+            "b",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and "not known" in res.stderr
+
+
+def test_start_node_keeps_localcluster_record_in_step(state):
+    root, spawn = state
+    node = root / "nodes" / "node-2"
+    node.mkdir(parents=True)
+    component = root / "nodes" / "nodeagent-node-2"
+    component.mkdir()
+    (component / "pid").write_text("999999")  # stale
+    (node / "agent.cmdline").write_text(
+        json.dumps([sys.executable, "-c", "import time; time.sleep(300)"])
+    )
+    pid = faults.start_node("node-2", state=root)
+    try:
+        assert int((component / "pid").read_text()) == pid
+        # agent.pid lost (e.g. rewritten by someone else): the component record still finds it
+        (node / "agent.pid").write_text("")
+        assert faults.node_running("node-2", state=root)
+        assert faults.start_node("node-2", state=root) == pid
+        assert faults.stop_node("node-2", state=root) is True
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_recycled_pid_is_not_the_agent(state):
+    root, spawn = state
+    node = root / "nodes" / "node-1"
+    node.mkdir(parents=True)
+    (node / "agent.cmdline").write_text(json.dumps(["/nonexistent/nodeagent", "run"]))
+    other = spawn(["sleep", "300"])
+    (node / "agent.pid").write_text(str(other.pid))
+    assert not faults.node_running("node-1", state=root)
+    assert faults.stop_node("node-1", state=root) is False
+    assert other.poll() is None
