@@ -353,6 +353,18 @@ def remove_network() -> None:
     run(["ip", "link", "delete", BRIDGE], check=False)
 
 
+def kill_recorded_containers(state: Path) -> None:
+    """SIGKILL the container process groups the node agents recorded (hostNetwork pods too)."""
+    for record in state.glob("nodes/*/pods/*/pod.json"):
+        try:
+            pids = json.loads(record.read_text()).get("containers", {}).values()
+        except (OSError, ValueError):
+            continue
+        for pid in (p for p in pids if isinstance(p, int) and p > 0):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+
+
 def remove_pod_namespaces() -> None:
     """Kill whatever still runs in a pod network namespace, then delete the namespaces and veths."""
     names = [line.split()[0] for line in run(["ip", "netns", "list"]).stdout.splitlines() if line]
@@ -599,6 +611,7 @@ class LocalCluster:
                 Component(
                     pid_file.parent.name, _recorded_argv(pid_file), directory=directory
                 ).stop()
+        kill_recorded_containers(state)
         remove_pod_namespaces()
         kube_proxy = toolchain().get("kubernetes") if MANIFEST.exists() else None
         if kube_proxy:
