@@ -87,7 +87,7 @@ bundle: toolchain ## Regenerate the OLM bundle from config/
 lint: toolchain ## ruff and ansible-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/ansible-lint roles
+	PATH=$(VENV)/bin:$$PATH ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils $(VENV)/bin/ansible-lint roles
 
 .PHONY: molecule
 molecule: toolchain ## The Operator SDK molecule scenario on the local cluster

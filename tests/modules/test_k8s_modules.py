@@ -1,16 +1,14 @@
 """k8s_status / k8s_event against a real API server (the lead's local cluster).
 
-Select with ``pytest -m cluster``. Needs ``KUBECONFIG`` (or ``$QK_STATE/kubeconfig``) of a
-running cluster; without one these tests FAIL (they are never skipped silently).
+Select with ``pytest -m cluster``. They use the local cluster (started if not running, by the
+``local_cluster`` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 
@@ -45,24 +43,9 @@ CRD = {
 }
 
 
-def _kubeconfig():
-    for cand in (
-        os.environ.get("KUBECONFIG"),
-        str(Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper")) / "kubeconfig"),
-    ):
-        if cand and Path(cand.split(os.pathsep)[0]).is_file():
-            return cand.split(os.pathsep)[0]
-    return None
-
-
 @pytest.fixture(scope="module")
-def kube():
-    path = _kubeconfig()
-    if path is None:
-        pytest.fail(
-            "k8s module tests need a running cluster: set KUBECONFIG (or start the local cluster "
-            "with `python3 hack/cluster/localcluster.py up`, which writes $QK_STATE/kubeconfig)"
-        )
+def kube(local_cluster):
+    path = str(local_cluster.kubeconfig)
     from kubernetes import client, config
     from kubernetes.dynamic import DynamicClient
     from kubernetes.dynamic.exceptions import ConflictError
