@@ -234,7 +234,7 @@ def etcd_cluster_status(observed: dict, step: dict) -> dict:
         and all(m.get("healthy") and not m.get("is_learner") for m in members)
         and peer_names <= member_names
     )
-    progressing = step["action"] not in ("none", "paused")
+    progressing = step["action"] != "none"
     degraded = step["reason"] in WAITING_PROBLEMS
     if available:
         available_reason, available_message = (
@@ -267,8 +267,6 @@ def etcd_cluster_status(observed: dict, step: dict) -> dict:
         },
     ]
     phase = "Degraded" if degraded else "Available" if available else "Progressing"
-    if step["action"] == "paused":
-        phase = "Paused"
     status = {
         "replicas": len(peers),
         "readyReplicas": len(healthy_voters),

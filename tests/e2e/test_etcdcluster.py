@@ -128,6 +128,46 @@ def test_operator_killed_during_scale_up_converges(etcd_cluster):
     assert etcd_cluster.value("steady") == "state"
 
 
+def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
+    etcd_cluster.create(1)
+    etcd_cluster.wait_available(1)
+    kube, namespace = etcd_cluster.kube, etcd_cluster.namespace
+    kube(
+        "patch",
+        "etcdcluster",
+        etcd_cluster.name,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"paused": True, "replicas": 3}}),
+    )
+
+    def paused_at_new_generation():
+        cluster = etcd_cluster.get()
+        status = cluster.get("status", {})
+        return (
+            status.get("phase") == "Paused"
+            and status.get("observedGeneration") == cluster["metadata"]["generation"]
+        )
+
+    wait_until("the operator to report the pause for the new spec", paused_at_new_generation, 60)
+    peers = kube.get("etcdpeers", namespace=namespace)["items"]
+    assert [p["metadata"]["name"] for p in peers] == ["e2e-0"], "a paused cluster must not scale"
+    assert etcd_cluster.condition("Progressing")["reason"] == "Paused"
+    kube(
+        "patch",
+        "etcdcluster",
+        etcd_cluster.name,
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"paused": False}}),
+    )
+    etcd_cluster.wait_available(3, timeout=240)
+
+
 @pytest.mark.parametrize(
     ("patch", "message"),
     [

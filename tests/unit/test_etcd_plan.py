@@ -184,3 +184,46 @@ def test_interrupted_scale_down_finishes_by_deleting_the_removed_peer():
 )
 def test_ordinal_of(name, ordinal):
     assert etcd_plan.ordinal_of(name) == ordinal
+
+
+def status_for(replicas, peers, members):
+    observation = observed(replicas, peers, members)
+    return etcd_plan.etcd_cluster_status(observation, plan(observation))
+
+
+def conditions_of(result):
+    return {c["type"]: (c["status"], c["reason"]) for c in result["conditions"]}
+
+
+def test_status_of_a_healthy_cluster_is_available_and_lists_members_in_order():
+    peers = [peer(i, member_id=str(i)) for i in range(3)]
+    members = [member(2), member(0, leader=True), member(1)]
+    result = status_for(3, peers, members)
+    assert conditions_of(result) == {
+        "Available": ("True", "AllMembersHealthy"),
+        "Progressing": ("False", "ClusterReady"),
+        "Degraded": ("False", "NoProblems"),
+    }
+    status = result["status"]
+    assert [m["name"] for m in status["members"]] == ["c-0", "c-1", "c-2"]
+    assert status["leader"] == "c-0" and status["readyReplicas"] == 3 and status["replicas"] == 3
+    assert status["selector"] == "etcd.quorumkeeper.dev/cluster=c"
+    assert status["phase"] == "Available"
+
+
+def test_status_of_a_cluster_with_an_unhealthy_member_is_degraded_and_not_available():
+    peers = [peer(i, member_id=str(i)) for i in range(3)]
+    members = [member(0, leader=True), member(1), member(2, healthy=False)]
+    result = status_for(5, peers, members)
+    assert conditions_of(result)["Available"] == ("False", "MembersUnhealthy")
+    assert conditions_of(result)["Degraded"] == ("True", "MembersUnhealthy")
+    assert result["status"]["phase"] == "Degraded" and result["status"]["readyReplicas"] == 2
+
+
+def test_status_while_a_learner_catches_up_is_progressing():
+    peers = [peer(i, member_id=str(i)) for i in range(4)]
+    members = [member(0, leader=True), member(1), member(2), member(3, learner=True)]
+    result = status_for(5, peers, members)
+    assert conditions_of(result)["Available"][0] == "False"
+    assert conditions_of(result)["Progressing"] == ("True", "PromotingLearner")
+    assert result["status"]["phase"] == "Progressing"
