@@ -149,6 +149,7 @@ def test_manager_deployment(rendered):
     assert c["image"] == "quay.io/quorumkeeper/etcd-operator:0.1.0"
     assert c["args"] == [
         "--leader-elect",
+        "--max-concurrent-reconciles=4",
         "--leader-election-id=quorumkeeper",
         "--health-probe-bind-address=:6789",
         "--metrics-bind-address=127.0.0.1:8080",
