@@ -22,11 +22,15 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack" / "cluster"))
+from pki import service_account_key  # noqa: E402  (the local cluster's own key maker)
 
 KUBERNETES_VERSION = "v1.35.4"
 SERVICE_CLUSTER_IP_RANGE = "10.214.0.0/16"
@@ -85,29 +89,6 @@ def _etcd_version(etcd: Path) -> tuple[int, int]:
             major, minor = line.split(":", 1)[1].strip().split(".")[:2]
             return int(major), int(minor)
     return (3, 4)
-
-
-def _write_service_account_key(path: Path) -> None:
-    try:
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import rsa
-    except ImportError:  # pragma: no cover - fall back to the openssl CLI
-        subprocess.run(
-            ["openssl", "genrsa", "-out", str(path), "2048"],
-            check=True,
-            capture_output=True,
-            timeout=60,
-        )
-        return
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.TraditionalOpenSSL,
-            serialization.NoEncryption(),
-        )
-    )
-    path.chmod(0o600)
 
 
 class StartupError(RuntimeError):
@@ -214,8 +195,7 @@ class LocalAPIServer:
 
     def _start_apiserver(self) -> None:
         self.secure_port = free_port()
-        sa_key = self.workdir / "sa.key"
-        _write_service_account_key(sa_key)
+        sa_key, sa_public = service_account_key(self.workdir)
         tokens = self.workdir / "tokens.csv"
         tokens.write_text(f'{self.token},admin,admin,"system:masters"\n')
         tokens.chmod(0o600)
@@ -232,7 +212,7 @@ class LocalAPIServer:
             "--authorization-mode=RBAC",
             f"--token-auth-file={tokens}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-            f"--service-account-key-file={sa_key}",
+            f"--service-account-key-file={sa_public}",
             f"--service-account-signing-key-file={sa_key}",
             "--allow-privileged=true",
             "--enable-priority-and-fairness=false",

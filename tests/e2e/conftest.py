@@ -60,6 +60,12 @@ class EtcdClusterDriver:
     def scale(self, replicas: int) -> None:
         self.kube("scale", "etcdcluster", self.name, "-n", self.namespace, f"--replicas={replicas}")
 
+    def patch_spec(self, **fields) -> None:
+        patch = json.dumps({"spec": fields})
+        self.kube(
+            "patch", "etcdcluster", self.name, "-n", self.namespace, "--type=merge", "-p", patch
+        )
+
     def get(self) -> dict:
         return self.kube.get("etcdcluster", self.name, self.namespace)
 

@@ -132,16 +132,7 @@ def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
     etcd_cluster.create(1)
     etcd_cluster.wait_available(1)
     kube, namespace = etcd_cluster.kube, etcd_cluster.namespace
-    kube(
-        "patch",
-        "etcdcluster",
-        etcd_cluster.name,
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"paused": True, "replicas": 3}}),
-    )
+    etcd_cluster.patch_spec(paused=True, replicas=3)
 
     def paused_at_new_generation():
         cluster = etcd_cluster.get()
@@ -155,16 +146,7 @@ def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
     peers = kube.get("etcdpeers", namespace=namespace)["items"]
     assert [p["metadata"]["name"] for p in peers] == ["e2e-0"], "a paused cluster must not scale"
     assert etcd_cluster.condition("Progressing")["reason"] == "Paused"
-    kube(
-        "patch",
-        "etcdcluster",
-        etcd_cluster.name,
-        "-n",
-        namespace,
-        "--type=merge",
-        "-p",
-        json.dumps({"spec": {"paused": False}}),
-    )
+    etcd_cluster.patch_spec(paused=False)
     etcd_cluster.wait_available(3, timeout=240)
 
 
