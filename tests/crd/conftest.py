@@ -37,7 +37,7 @@ def kube_api(tmp_path_factory):
         msg = "binaries for the local API server are missing: " + ", ".join(missing)
         if os.environ.get("QK_SKIP_APISERVER_TESTS") == "1":
             pytest.skip(msg)
-        pytest.fail(msg + " (run hack/toolchain/install.sh, or set QK_SKIP_APISERVER_TESTS=1)")
+        pytest.fail(msg + " (run python3 hack/toolchain/install.py, or set QK_SKIP_APISERVER_TESTS=1)")
     workdir = tmp_path_factory.mktemp("apiserver")
     with qk_apiserver.LocalAPIServer(workdir) as api:
         api.apply_crds([CRD_DIR])
