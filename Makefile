@@ -12,7 +12,7 @@ export QK_STATE ?= /var/lib/quorumkeeper
 VENV := $(QK_CACHE)/venv
 PYTHON := $(VENV)/bin/python
 LOCALCLUSTER := $(PYTHON) hack/cluster/localcluster.py
-KUBECTL = $(shell python3 -c 'import json,os;print(json.load(open(os.environ["QK_CACHE"]+"/toolchain.json"))["kubernetes"])' 2>/dev/null)/kubectl
+KUBECTL = $(shell python3 -c 'import json;print(json.load(open("$(QK_CACHE)/toolchain.json"))["kubernetes"])' 2>/dev/null)/kubectl
 # Targets that talk to a cluster use $KUBECONFIG when set, else the local cluster's.
 export KUBECONFIG ?= $(QK_STATE)/kubeconfig
 SAMPLE ?= config/samples/etcd_v1alpha1_etcdcluster.yaml

@@ -3,12 +3,11 @@
 `kube_api` (session): a real etcd + kube-apiserver on 127.0.0.1 (tests/crd/qk_apiserver.py)
 with our CRDs applied and Established. Torn down at the end of the session.
 `namespace`: a fresh namespace per test.
-If the binaries are missing the API tests fail, unless QK_SKIP_APISERVER_TESTS=1 (then skip).
+If the binaries are missing the API tests fail.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
 from pathlib import Path
@@ -35,9 +34,7 @@ def kube_api(tmp_path_factory):
     missing = qk_apiserver.missing_binaries()
     if missing:
         msg = "binaries for the local API server are missing: " + ", ".join(missing)
-        if os.environ.get("QK_SKIP_APISERVER_TESTS") == "1":
-            pytest.skip(msg)
-        pytest.fail(msg + " (run python3 hack/toolchain/install.py, or set QK_SKIP_APISERVER_TESTS=1)")
+        pytest.fail(msg + " (run python3 hack/toolchain/install.py)")
     workdir = tmp_path_factory.mktemp("apiserver")
     with qk_apiserver.LocalAPIServer(workdir) as api:
         api.apply_crds([CRD_DIR])
