@@ -20,9 +20,11 @@ ENV ANSIBLE_ROLES_PATH=/opt/ansible/roles \
     ANSIBLE_LIBRARY=/opt/ansible/library \
     ANSIBLE_MODULE_UTILS=/opt/ansible/plugins/module_utils \
     ANSIBLE_FILTER_PLUGINS=/opt/ansible/plugins/filter \
+    ANSIBLE_ACTION_PLUGINS=/opt/ansible/plugins/action \
     ETCD_REPOSITORY=quay.io/coreos/etcd
 
 COPY watches.yaml ${HOME}/watches.yaml
+COPY playbooks/ ${HOME}/playbooks/
 COPY roles/ ${HOME}/roles/
 COPY library/ ${HOME}/library/
 COPY plugins/ ${HOME}/plugins/

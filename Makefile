@@ -23,9 +23,9 @@ PYTEST_ARGS ?=
 .PHONY: demo
 demo: cluster-up deploy ## Local cluster + operator + the sample 3-member EtcdCluster, shown healthy
 	$(KUBECTL) apply -f $(SAMPLE)
-	$(KUBECTL) wait etcdcluster/my-cluster --for=condition=Available --timeout=300s
-	$(KUBECTL) get etcdclusters,etcdpeers,pods,pvc -o wide
-	@echo; echo "export KUBECONFIG=$(KUBECONFIG)   # then: kubectl get etcdclusters"
+	$(KUBECTL) wait etcdclusters.etcd.quorumkeeper.dev/my-cluster --for=condition=Available --timeout=300s
+	$(KUBECTL) get etcdclusters.etcd.quorumkeeper.dev,etcdpeers.etcd.quorumkeeper.dev,pods,pvc -o wide
+	@echo; echo "export KUBECONFIG=$(KUBECONFIG)   # then: kubectl get etcdc (or: kubectl get quorumkeeper)"
 
 .PHONY: test
 test: toolchain ## Lint, then every test suite (starts and stops the servers it needs)
@@ -56,6 +56,7 @@ cluster-status: ## Show the local cluster's components and nodes
 run: toolchain ## Run the operator on this host against $KUBECONFIG (needs cluster DNS on the host)
 	ANSIBLE_ROLES_PATH=$(CURDIR)/roles ANSIBLE_LIBRARY=$(CURDIR)/library \
 	ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils ANSIBLE_FILTER_PLUGINS=$(CURDIR)/plugins/filter \
+	ANSIBLE_ACTION_PLUGINS=$(CURDIR)/plugins/action QK_KUBECONFIG=$(KUBECONFIG) \
 	PATH=$(VENV)/bin:$$PATH WATCH_NAMESPACE= \
 	$$($(PYTHON) -c 'import json;print(json.load(open("$(QK_CACHE)/toolchain.json"))["ansible_operator"])')/ansible-operator \
 		run --watches-file=./watches.yaml --health-probe-bind-address=127.0.0.1:6789 --metrics-bind-address=127.0.0.1:8080
@@ -87,7 +88,7 @@ bundle: toolchain ## Regenerate the OLM bundle from config/
 lint: toolchain ## ruff and ansible-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	PATH=$(VENV)/bin:$$PATH ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils $(VENV)/bin/ansible-lint roles
+	PATH=$(VENV)/bin:$$PATH ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils $(VENV)/bin/ansible-lint roles playbooks
 
 .PHONY: molecule
 molecule: toolchain ## The Operator SDK molecule scenario on the local cluster

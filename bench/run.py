@@ -3,29 +3,41 @@
 
     bench/run.py [--only NAME ...] [--runs N]
 
+Cluster:
 - cluster_up_warm: `localcluster.py down` then `up` with a warm toolchain cache (one run).
 - pod_ready: create -> Ready of one etcd pod (median of 10).
-- static_etcd_floor: three static etcd pods (no operator) -> a healthy 3-member cluster
-  (median of 5); the floor the operator's create time is compared with.
-- operator_create: EtcdCluster of 3 -> Available (median of 5).
-- operator_scale_3_to_5: Available at 3 -> Available at 5 (median of 5).
-- operator_member_recovery: a member's etcd process killed -> that member healthy in etcd again
-  (median of 5 kills of one 3-member cluster).
+- static_etcd_floor: three static etcd pods (no operator) -> a healthy 3-member cluster.
 
-Each result file holds every sample, the median and the goal from the issues. Not a test: the
-numbers depend on the machine; they are recorded, not asserted.
+Operator (medians over --runs, every sample in the result file):
+- operator: create 3 -> Available, scale 3 -> 5 -> Available, scale 5 -> 3 -> Available.
+- operator_under_load: the same while a client writes 10 puts/s through a client Service (to
+  another cluster during the create, to the cluster being scaled during the scales).
+- recovery: a member's etcd killed -> that member healthy in etcd again.
+- detection: a member killed / its pod deleted / its PVC deleted -> the EtcdCluster's status
+  shows it (restart count, new pod, replacement under way).
+- burst: 10 clusters of 3 created at once -> all Available.
+- idle: 10 healthy clusters of 3: the operator's CPU (its process and all it ran) averaged over
+  5 minutes, and its memory (process tree RSS, sampled every second).
+- profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
+  process each), CPU seconds, wall time; read from ansible-runner's job events.
+
+Not tests: the numbers depend on the machine; they are recorded, not asserted.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import datetime
+import glob
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -42,6 +54,17 @@ from kubehelpers import CACHE, STATE, Kube, wait_until  # noqa: E402
 RESULTS = ROOT / "bench" / "results"
 LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.6.16"
+TICKS = os.sysconf("SC_CLK_TCK")
+# Modules run as a new Python process each; everything else runs inside ansible-playbook.
+MODULES = {
+    "etcd_cluster_observe",
+    "etcd_cluster_services",
+    "etcd_cluster_info",
+    "etcd_member",
+    "etcd_peer",
+    "kubernetes.core.k8s",
+    "kubernetes.core.k8s_info",
+}
 
 
 def record(name: str, samples: list[float], goal: str, unit: str = "s", **extra) -> dict:
@@ -57,10 +80,14 @@ def record(name: str, samples: list[float], goal: str, unit: str = "s", **extra)
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
         **extra,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    write(name, result)
     print(f"{name}: median {result['median']}{unit} over {len(samples)} ({goal})", flush=True)
     return result
+
+
+def write(name: str, result: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
 
 
 def fresh_namespace(kube: Kube) -> str:
@@ -68,6 +95,145 @@ def fresh_namespace(kube: Kube) -> str:
     kube("create", "namespace", name)
     wait_until("default ServiceAccount", lambda: kube.exists("serviceaccount", "default", name), 30)
     return name
+
+
+def drop_namespace(kube: Kube, namespace: str) -> None:
+    """Delete and wait: pods still terminating would skew the next measurement."""
+    kube.run("delete", "namespace", namespace, "--wait=true", check=False, timeout=600)
+
+
+def etcdctl_binary() -> str:
+    manifest = json.loads((CACHE / "toolchain.json").read_text())
+    return str(Path(manifest["etcd"]["3.6.16"]) / "etcdctl")
+
+
+def deploy_operator(kube: Kube) -> None:
+    """Deploy the operator and wait until it leads (a new pod waits out the old one's lease)."""
+    subprocess.run([*LOCALCLUSTER, "deploy-operator"], check=True, capture_output=True)
+
+    def leading():
+        pods = kube.get(
+            "pods", namespace="quorumkeeper-system", selector="control-plane=controller-manager"
+        )["items"]
+        live = [p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")]
+        lease = kube.get("lease", "quorumkeeper", "quorumkeeper-system")
+        holder = lease.get("spec", {}).get("holderIdentity", "")
+        return len(live) == 1 and holder.startswith(live[0] + "_")
+
+    wait_until("the new operator pod to lead", leading, 120, interval=0.5)
+
+
+def timed(action, wait) -> float:
+    started = time.monotonic()
+    action()
+    wait()
+    return time.monotonic() - started
+
+
+# --------------------------------------------------------------------------------------------
+# The operator process, seen from the host (its pod runs as host processes)
+# --------------------------------------------------------------------------------------------
+
+
+def operator_pid() -> int:
+    for stat in glob.glob("/proc/[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = Path(stat).read_bytes().split(b"\0")
+            if argv[0].endswith(b"ansible-operator") and b"run" in argv[1:2]:
+                return int(stat.split("/")[2])
+    raise RuntimeError("the operator's ansible-operator process is not running")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of the process and of every child it has waited for (all of ansible's work)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
+    return (utime + stime + cutime + cstime) / TICKS
+
+
+def tree_rss_mib(pid: int) -> float:
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    total, todo = 0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{current}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        todo.extend(children.get(current, []))
+    return total / 1024
+
+
+class Sampler:
+    """Samples the operator tree's RSS every second in the background."""
+
+    def __init__(self, pid: int):
+        self.pid, self.samples, self.stop_event = pid, [], threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop_event.wait(1.0):
+            with contextlib.suppress(OSError):
+                self.samples.append(tree_rss_mib(self.pid))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join()
+
+
+# --------------------------------------------------------------------------------------------
+# A client writing through a Service
+# --------------------------------------------------------------------------------------------
+
+
+class Writer:
+    """Puts at a fixed rate to an etcd endpoint from a background thread; counts outcomes."""
+
+    def __init__(self, endpoint: str, rate: float = 10.0):
+        self.endpoint, self.interval = endpoint, 1.0 / rate
+        self.ok = self.failed = 0
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.loop()), daemon=True)
+
+    async def loop(self):
+        import grpc.aio
+        from etcd3aio.kv import KVService
+
+        target = self.endpoint.split("://", 1)[-1]
+        async with grpc.aio.insecure_channel(target) as channel:
+            kv = KVService(channel, max_attempts=1)
+            n = 0
+            next_at = time.monotonic()
+            while not self.stop_event.is_set():
+                n += 1
+                try:
+                    await kv.put(f"/bench/{n % 1000}", f"v{n}", timeout=2)
+                    self.ok += 1
+                except Exception:  # noqa: BLE001 - counted, the load goes on
+                    self.failed += 1
+                next_at += self.interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join(timeout=10)
+
+
+# --------------------------------------------------------------------------------------------
+# Cluster benchmarks
+# --------------------------------------------------------------------------------------------
 
 
 def bench_cluster_up_warm(kube: Kube, runs: int) -> None:
@@ -127,7 +293,7 @@ def bench_pod_ready(kube: Kube, runs: int) -> None:
         kube.apply(etcd_pod(name), namespace=namespace)
         wait_until(f"{name} Ready", lambda n=name: kube.pod_ready(n, namespace), 60, interval=0.05)
         samples.append(time.monotonic() - started)
-    kube.run("delete", "namespace", namespace, "--wait=false", check=False)
+    drop_namespace(kube, namespace)
     record("pod_ready", samples, "under 3 s median (issue 2)")
 
 
@@ -166,51 +332,89 @@ def static_floor_once(kube: Kube, etcdctl: str) -> float:
 
     wait_until("3 static members healthy", healthy, 120, interval=0.1)
     elapsed = time.monotonic() - started
-    kube.run("delete", "namespace", namespace, "--wait=false", check=False)
+    drop_namespace(kube, namespace)
     return elapsed
 
 
 def bench_static_floor(kube: Kube, runs: int) -> None:
-    manifest = json.loads((CACHE / "toolchain.json").read_text())
-    etcdctl = str(Path(manifest["etcd"]["3.6.16"]) / "etcdctl")
-    samples = [static_floor_once(kube, etcdctl) for _ in range(runs)]
+    samples = [static_floor_once(kube, etcdctl_binary()) for _ in range(runs)]
     record("static_etcd_floor", samples, "the floor for operator_create")
 
 
-def operator_once(kube: Kube) -> tuple[float, float]:
-    """One EtcdCluster: create 3 -> Available, then scale to 5 -> Available."""
-    driver = EtcdClusterDriver(kube, fresh_namespace(kube), name="bench")
-    started = time.monotonic()
-    driver.create(3)
-    driver.wait_available(3, timeout=300)
-    create = time.monotonic() - started
+# --------------------------------------------------------------------------------------------
+# Operator benchmarks
+# --------------------------------------------------------------------------------------------
 
-    started = time.monotonic()
-    driver.scale(5)
-    driver.wait_available(5, timeout=300)
-    scale = time.monotonic() - started
-    kube.run("delete", "namespace", driver.namespace, "--wait=false", check=False)
-    return create, scale
+
+def new_driver(kube: Kube, name: str = "bench") -> EtcdClusterDriver:
+    return EtcdClusterDriver(kube, fresh_namespace(kube), name=name)
+
+
+def lifecycle_once(kube: Kube, load: EtcdClusterDriver | None = None) -> tuple:
+    """create 3, scale to 5, scale to 3; with ``load``, a writer keeps 10 puts/s going (to the
+    load cluster during the create, to this cluster during the scales)."""
+    driver = new_driver(kube)
+    outcomes = {}
+    with Writer(load.client_endpoint()) if load else contextlib.nullcontext() as writer:
+        create = timed(lambda: driver.create(3), lambda: driver.wait_available(3, timeout=300))
+        if writer:
+            outcomes["create"] = (writer.ok, writer.failed)
+    scales = []
+    with Writer(driver.client_endpoint()) if load else contextlib.nullcontext() as writer:
+        for replicas in (5, 3):
+            scales.append(
+                timed(
+                    lambda r=replicas: driver.scale(r),
+                    lambda r=replicas: driver.wait_available(r, timeout=300),
+                )
+            )
+        if writer:
+            outcomes["scale"] = (writer.ok, writer.failed)
+    drop_namespace(kube, driver.namespace)
+    return create, scales[0], scales[1], outcomes
 
 
 def bench_operator(kube: Kube, runs: int) -> None:
-    subprocess.run([*LOCALCLUSTER, "deploy-operator"], check=True, capture_output=True)
-    create, scale = zip(*(operator_once(kube) for _ in range(runs)), strict=True)
+    deploy_operator(kube)
+    results = [lifecycle_once(kube) for _ in range(runs)]
     floor_file = RESULTS / "static_etcd_floor.json"
     floor = json.loads(floor_file.read_text())["median"] if floor_file.exists() else None
-    record(
-        "operator_create", list(create), "<= 2x the static floor and <= 20 s (issue 3)", floor=floor
-    )
-    record("operator_scale_3_to_5", list(scale), "<= 20 s (issue 3)")
+    record("operator_create", [r[0] for r in results], "<= 12 s (issue 6)", floor=floor)
+    record("operator_scale_3_to_5", [r[1] for r in results], "<= 10 s (issue 6)")
+    record("operator_scale_5_to_3", [r[2] for r in results], "<= 10 s (issue 6)")
+
+
+def bench_operator_under_load(kube: Kube, runs: int) -> None:
+    deploy_operator(kube)
+    load = new_driver(kube, name="load")
+    load.create(3)
+    load.wait_available(3, timeout=300)
+    results = [lifecycle_once(kube, load) for _ in range(runs)]
+    drop_namespace(kube, load.namespace)
+    idle = {}
+    for name in ("operator_create", "operator_scale_3_to_5", "operator_scale_5_to_3"):
+        path = RESULTS / f"{name}.json"
+        idle[name] = json.loads(path.read_text())["median"] if path.exists() else None
+    writes = [r[3] for r in results]
+    for index, name in enumerate(("operator_create", "operator_scale_3_to_5"), start=0):
+        samples = [r[index] for r in results]
+        ratio = round(statistics.median(samples) / idle[name], 2) if idle[name] else None
+        record(
+            f"{name}_under_load",
+            samples,
+            "<= 1.5x the idle median (issue 6)",
+            idle_median=idle[name],
+            ratio_to_idle=ratio,
+            writes_ok_failed=[w.get("create" if index == 0 else "scale") for w in writes],
+        )
 
 
 def bench_recovery(kube: Kube, runs: int) -> None:
     """A member's etcd process killed -> that member healthy in etcd again (runs kills of one
     3-member cluster), then the EtcdCluster reports Available with 3 healthy members."""
-    subprocess.run([*LOCALCLUSTER, "deploy-operator"], check=True, capture_output=True)
-    manifest = json.loads((CACHE / "toolchain.json").read_text())
-    etcdctl = str(Path(manifest["etcd"]["3.6.16"]) / "etcdctl")
-    driver = EtcdClusterDriver(kube, fresh_namespace(kube), name="bench")
+    deploy_operator(kube)
+    etcdctl = etcdctl_binary()
+    driver = new_driver(kube)
     driver.create(3)
     driver.wait_available(3, timeout=300)
     samples = []
@@ -222,8 +426,8 @@ def bench_recovery(kube: Kube, runs: int) -> None:
         faults.crash_pod(driver.namespace, victim["metadata"]["name"])
         samples.append(member_recovered(driver, etcdctl, endpoint, restarts_before) - started)
         driver.wait_available(3, timeout=120)
-    kube.run("delete", "namespace", driver.namespace, "--wait=false", check=False)
-    record("operator_member_recovery", samples, "<= 15 s (issue 3)")
+    drop_namespace(kube, driver.namespace)
+    record("operator_member_recovery", samples, "<= 10 s (issue 6)")
 
 
 def member_recovered(driver, etcdctl: str, endpoint: str, restarts_before: int) -> float:
@@ -240,12 +444,258 @@ def member_recovered(driver, etcdctl: str, endpoint: str, restarts_before: int) 
     return time.monotonic()
 
 
+def bench_detection(kube: Kube, runs: int) -> None:
+    """Fault -> the EtcdCluster's status shows it, measured by polling the API server."""
+    deploy_operator(kube)
+    driver = new_driver(kube)
+    driver.create(3)
+    driver.wait_available(3, timeout=300)
+    killed, deleted, lost = [], [], []
+    for _ in range(runs):
+        before = driver.member("bench-1")
+        faults.crash_pod(driver.namespace, before["pod"])
+        started = time.monotonic()
+        wait_until(
+            "restart shown",
+            lambda b=before: driver.member("bench-1")["restarts"] > b["restarts"],
+            60,
+            interval=0.1,
+        )
+        killed.append(time.monotonic() - started)
+        driver.wait_available(3, timeout=120)
+
+        old_pod = driver.member("bench-2")["pod"]
+        driver.kube("delete", "pod", old_pod, "-n", driver.namespace, "--wait=false")
+        started = time.monotonic()
+        wait_until(
+            "new pod shown",
+            lambda o=old_pod: driver.member("bench-2")["pod"] not in ("", o),
+            60,
+            interval=0.1,
+        )
+        deleted.append(time.monotonic() - started)
+        driver.wait_available(3, timeout=120)
+
+        since = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        driver.kube("delete", "pvc", "bench-0", "-n", driver.namespace, "--wait=false")
+        started = time.monotonic()
+
+        def replacing(since=since):
+            """The replacement shows: in the condition, or as an Event of this round."""
+            conditions = driver.get().get("status", {}).get("conditions", [])
+            events = driver.kube.events(driver.namespace, driver.name)
+            return any(
+                c["type"] == "Progressing" and c["reason"] == "ReplacingMember" for c in conditions
+            ) or any(
+                e["reason"] == "ReplacingMember" and (e.get("lastTimestamp") or "") >= since
+                for e in events
+            )
+
+        wait_until("replacement shown", replacing, 60, interval=0.1)
+        lost.append(time.monotonic() - started)
+        driver.wait_available(3, timeout=180)
+    drop_namespace(kube, driver.namespace)
+    record("detect_member_killed", killed, "in the status <= 10 s (issue 6)")
+    record("detect_pod_deleted", deleted, "in the status <= 10 s (issue 6)")
+    record("detect_pvc_lost", lost, "in the status <= 10 s (issue 6)")
+
+
+def bench_burst(kube: Kube, runs: int) -> None:
+    """10 clusters of 3 created at once -> all Available; the operator's memory meanwhile."""
+    deploy_operator(kube)
+    samples, peaks = [], []
+    for _ in range(runs):
+        drivers = [new_driver(kube, name=f"b{i}") for i in range(10)]
+        with Sampler(operator_pid()) as sampler:
+            started = time.monotonic()
+            for driver in drivers:
+                driver.create(3)
+            for driver in drivers:
+                driver.wait_available(3, timeout=600)
+            samples.append(time.monotonic() - started)
+        peaks.append(max(sampler.samples))
+        for driver in drivers:
+            drop_namespace(kube, driver.namespace)
+    record(
+        "operator_10_clusters_at_once",
+        samples,
+        "all Available <= 90 s (issue 6)",
+        peak_rss_mib=[round(p) for p in peaks],
+    )
+
+
+def bench_namespaces(kube: Kube) -> list[str]:
+    items = kube.get("namespaces")["items"]
+    return [n["metadata"]["name"] for n in items if n["metadata"]["name"].startswith("bench-")]
+
+
+def bench_idle(kube: Kube, runs: int, seconds: float = 300) -> None:
+    """10 healthy clusters; the operator's CPU and memory over ``seconds`` of nothing."""
+    deploy_operator(kube)
+    drivers = [new_driver(kube, name=f"i{i}") for i in range(10)]
+    for driver in drivers:
+        driver.create(3)
+    for driver in drivers:
+        driver.wait_available(3, timeout=600)
+    time.sleep(15)  # the reconciles woken by the last pods becoming ready
+    pid = operator_pid()
+    with Sampler(pid) as sampler:
+        before, started = cpu_seconds(pid), time.monotonic()
+        time.sleep(seconds)
+        used, elapsed = cpu_seconds(pid) - before, time.monotonic() - started
+    for driver in drivers:
+        drop_namespace(kube, driver.namespace)
+    cores = used / elapsed
+    result = {
+        "name": "operator_idle_10_clusters",
+        "seconds": round(elapsed, 1),
+        "cpu_seconds": round(used, 2),
+        "cores": round(cores, 4),
+        "goal_cores": "<= 0.1 (issue 6)",
+        "rss_mib_max": round(max(sampler.samples), 1),
+        "rss_mib_mean": round(statistics.mean(sampler.samples), 1),
+        "goal_rss": "<= 500 MiB (issue 6)",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+    }
+    write("operator_idle_10_clusters", result)
+    print(
+        f"operator_idle_10_clusters: {cores:.4f} cores, max RSS {result['rss_mib_max']} MiB",
+        flush=True,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Per-reconcile profile
+# --------------------------------------------------------------------------------------------
+
+
+def runs_since(pid: int, since: float) -> list[dict]:
+    """The ansible runs (reconciles) that started after ``since`` (epoch), from job events."""
+    base = f"/proc/{pid}/root/tmp/ansible-operator/runner/etcd.quorumkeeper.dev/v1alpha1"
+    found = []
+    for directory in glob.glob(f"{base}/*/*/*/artifacts/[0-9]*"):
+        kind = directory.split("/")[-5]
+        events = []
+        for path in glob.glob(f"{directory}/job_events/*.json"):
+            with contextlib.suppress(OSError, ValueError):
+                events.append(json.loads(Path(path).read_text()))
+        stamps = sorted(e["created"] for e in events if e.get("created"))
+        if not stamps:
+            continue
+        start = datetime.datetime.fromisoformat(stamps[0]).timestamp()
+        if start < since:
+            continue
+        end = datetime.datetime.fromisoformat(stamps[-1]).timestamp()
+        done = [e for e in events if e["event"] in ("runner_on_ok", "runner_on_failed")]
+        actions = [e["event_data"].get("task_action", "") for e in done]
+        found.append(
+            {
+                "kind": kind,
+                "start": start,
+                "wall_seconds": round(end - start, 2),
+                "tasks": len(done),
+                "module_runs": sum(1 for a in actions if a in MODULES),
+                "failed": sum(1 for e in done if e["event"] == "runner_on_failed"),
+            }
+        )
+    return sorted(found, key=lambda r: r["start"])
+
+
+def profile_once(pid: int, label: str, action, settle) -> dict:
+    """Run ``action``, wait for ``settle`` and for the operator to go quiet; what it cost."""
+    time.sleep(2)
+    since, cpu_before = time.time(), cpu_seconds(pid)
+    started = time.monotonic()
+    action()
+    settle()
+    quiet_since = time.monotonic()
+    while time.monotonic() - quiet_since < 3:  # no new run for 3 s
+        latest = runs_since(pid, since)
+        if latest and latest[-1]["start"] + latest[-1]["wall_seconds"] > time.time() - 3:
+            quiet_since = time.monotonic()
+        time.sleep(0.5)
+    runs = runs_since(pid, since)
+    cpu = cpu_seconds(pid) - cpu_before
+    by_kind = {}
+    for run in runs:
+        by_kind.setdefault(run["kind"], []).append(run)
+    return {
+        "operation": label,
+        "wall_seconds_to_done": round(time.monotonic() - started, 2),
+        "cpu_seconds_total": round(cpu, 2),
+        "reconciles": {
+            kind: {
+                "count": len(items),
+                "tasks": [r["tasks"] for r in items],
+                "module_runs": [r["module_runs"] for r in items],
+                "wall_seconds": [r["wall_seconds"] for r in items],
+            }
+            for kind, items in by_kind.items()
+        },
+        "cpu_seconds_per_reconcile": round(cpu / len(runs), 2) if runs else None,
+    }
+
+
+def bench_profile(kube: Kube, runs: int) -> None:
+    deploy_operator(kube)
+    pid = operator_pid()
+    driver = new_driver(kube)
+    profiles = [
+        profile_once(pid, "create 3", lambda: driver.create(3), lambda: driver.wait_available(3)),
+        profile_once(
+            pid,
+            "steady (spec changed, nothing to do)",
+            lambda: driver.patch_spec(podTemplate={"metadata": {"annotations": {"x": "1"}}}),
+            lambda: None,
+        ),
+        profile_once(
+            pid, "scale 3 -> 4", lambda: driver.scale(4), lambda: driver.wait_available(4)
+        ),
+        profile_once(
+            pid, "scale 4 -> 3", lambda: driver.scale(3), lambda: driver.wait_available(3)
+        ),
+        profile_once(
+            pid,
+            "member killed",
+            lambda: faults.crash_pod(driver.namespace, driver.member("bench-1")["pod"]),
+            lambda: time.sleep(3) or driver.wait_available(3),
+        ),
+        profile_once(
+            pid,
+            "ReplicaSet deleted (peer repair)",
+            lambda: driver.kube("delete", "rs", "bench-2", "-n", driver.namespace),
+            lambda: time.sleep(3) or driver.wait_available(3),
+        ),
+    ]
+    drop_namespace(kube, driver.namespace)
+    result = {
+        "name": "reconcile_profile",
+        "profiles": profiles,
+        "note": "module runs are new Python processes; the other tasks run in ansible-playbook",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+    }
+    write("reconcile_profile", result)
+    for p in profiles:
+        print(
+            f"profile {p['operation']}: {p['cpu_seconds_total']} CPU-s, "
+            f"{ {k: v['count'] for k, v in p['reconciles'].items()} } reconciles",
+            flush=True,
+        )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
     "static_etcd_floor": bench_static_floor,
     "operator": bench_operator,
+    "operator_under_load": bench_operator_under_load,
     "recovery": bench_recovery,
+    "detection": bench_detection,
+    "burst": bench_burst,
+    "idle": bench_idle,
+    "profile": bench_profile,
 }
 
 
@@ -256,6 +706,9 @@ def main() -> int:
     args = parser.parse_args()
     subprocess.run([*LOCALCLUSTER, "up"], check=True, capture_output=True)
     kube = Kube(STATE / "kubeconfig")
+    # Left by an interrupted run: their clusters would share the machine with the measurement.
+    for namespace in bench_namespaces(kube):
+        drop_namespace(kube, namespace)
     for name in args.only or list(BENCHMARKS):
         BENCHMARKS[name](kube, args.runs)
     return 0

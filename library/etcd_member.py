@@ -194,7 +194,7 @@ class Runner:
             except EtcdOperationError as exc:
                 if not is_transient_cluster_error(exc.details) or time.monotonic() >= deadline:
                     raise
-                time.sleep(0.5)
+                time.sleep(0.25)
 
     def explain(self, exc):
         text = str(exc)
@@ -338,7 +338,7 @@ class Runner:
                 if time.monotonic() >= deadline:
                     self.result["changed"] = False
                     self.fail(self.not_caught_up_message(target, attempts))
-                time.sleep(min(1.0, max(deadline - time.monotonic(), 0.05)))
+                time.sleep(min(0.2, max(deadline - time.monotonic(), 0.05)))
             except EtcdUnreachable as exc:
                 self.result["changed"] = False
                 self.fail(f"could not promote {label}: {exc}")

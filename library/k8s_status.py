@@ -15,9 +15,11 @@ description:
   - C(lastTransitionTime) is kept when a condition's status does not change and set to now when
     it does; C(observedGeneration) of every given condition is set to the object's generation.
   - Nothing is written (C(changed=false)) when the result equals the current status.
-  - Configuration is taken from I(kubeconfig), then C(K8S_AUTH_KUBECONFIG), C(KUBECONFIG), then
-    the in-cluster service account. Under ansible-operator C(K8S_AUTH_KUBECONFIG) points at the
-    operator's proxy, which serves the status subresource.
+  - Talks to the API server given by I(kubeconfig), else to the API server itself (the pod's
+    service account, or the kubeconfig in C(QK_KUBECONFIG)), never through ansible-operator's
+    proxy, whose reads come from a cache and could be a moment old.
+  - Runs in the controller process as an action plugin when C(plugins/action) is configured
+    (as in the operator image); this file documents it and runs it as a module otherwise.
 options:
   api_version:
     description: apiVersion of the object, e.g. C(etcd.quorumkeeper.dev/v1alpha1).
@@ -57,6 +59,13 @@ options:
       message:
         type: str
         default: ""
+  ignore_missing:
+    description:
+      - When the object does not exist (any more), or its namespace is being deleted, do
+        nothing and return C(gone=true) instead of failing. For controllers reporting on an
+        object that may be deleted while they work.
+    type: bool
+    default: false
   kubeconfig:
     description: Path to a kubeconfig file.
     type: path
@@ -86,103 +95,25 @@ RETURN = r"""
 status:
   description: The object's status after the change (what would be written in check mode).
   type: dict
-  returned: success
+  returned: when the object exists
 result:
   description: The whole object as returned by the API server after the write.
   type: dict
   returned: changed and not check mode
+gone:
+  description: The object does not exist; nothing was written (only with I(ignore_missing)).
+  type: bool
+  returned: when true
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.qk_k8s import (
-    HAS_K8S,
-    K8S_IMPORT_ERROR,
-    ApiException,
-    ConflictError,
-    NotFoundError,
-    ResourceNotFoundError,
-    api_error_text,
-    compute_status,
-    dynamic_client,
-    k8s_argument_spec,
-)
-
-MAX_CONFLICT_RETRIES = 5
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.qk_action import run_module
+from ansible.module_utils.qk_k8s import STATUS_ARGUMENT_SPEC, write_status
 
 
 def main():
-    spec = k8s_argument_spec()
-    spec.update(
-        api_version={"type": "str", "required": True},
-        kind={"type": "str", "required": True},
-        name={"type": "str", "required": True},
-        namespace={"type": "str"},
-        status={"type": "dict", "default": {}},
-        conditions={
-            "type": "list",
-            "elements": "dict",
-            "default": [],
-            "options": {
-                "type": {"type": "str", "required": True},
-                "status": {"type": "raw", "required": True},
-                "reason": {"type": "str", "required": True},
-                "message": {"type": "str", "default": ""},
-            },
-        },
-    )
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=str(K8S_IMPORT_ERROR))
-    p = module.params
-    what = f"{p['kind']} {p['namespace'] + '/' if p['namespace'] else ''}{p['name']}"
-    try:
-        client = dynamic_client(p["kubeconfig"], p["context"])
-        resource = client.resources.get(api_version=p["api_version"], kind=p["kind"])
-    except ResourceNotFoundError:
-        module.fail_json(
-            msg=f"the API server does not serve kind {p['kind']} in {p['api_version']}"
-        )
-    except Exception as exc:  # noqa: BLE001 - config/connection errors of any kind
-        module.fail_json(msg=f"cannot connect to Kubernetes: {exc}")
-    if "status" not in resource.subresources:
-        module.fail_json(
-            msg=f"{p['kind']} ({p['api_version']}) has no status subresource; "
-            "enable subresources.status in its CustomResourceDefinition"
-        )
-
-    for _attempt in range(MAX_CONFLICT_RETRIES):
-        try:
-            obj = client.get(resource, name=p["name"], namespace=p["namespace"]).to_dict()
-        except NotFoundError:
-            module.fail_json(msg=f"{what} not found")
-        except ApiException as exc:
-            module.fail_json(msg=f"cannot read {what}: {api_error_text(exc)}")
-        current = obj.get("status") or {}
-        generation = obj.get("metadata", {}).get("generation")
-        try:
-            new = compute_status(current, p["status"], p["conditions"], generation)
-        except ValueError as exc:
-            module.fail_json(msg=str(exc))
-        if new == current:
-            module.exit_json(changed=False, status=current)
-        if module.check_mode:
-            module.exit_json(changed=True, status=new)
-        obj["status"] = new
-        try:
-            written = client.replace(
-                resource.status, body=obj, name=p["name"], namespace=p["namespace"]
-            ).to_dict()
-        except ConflictError:
-            continue
-        except NotFoundError:
-            module.fail_json(msg=f"{what} disappeared while its status was being written")
-        except ApiException as exc:
-            module.fail_json(msg=f"cannot write the status of {what}: {api_error_text(exc)}")
-        module.exit_json(changed=True, status=written.get("status") or {}, result=written)
-    module.fail_json(
-        msg=f"cannot write the status of {what}: it kept changing "
-        f"({MAX_CONFLICT_RETRIES} conflicting updates in a row)"
-    )
+    module = AnsibleModule(argument_spec=STATUS_ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(module, write_status)
 
 
 if __name__ == "__main__":

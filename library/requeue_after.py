@@ -14,7 +14,10 @@ description:
     Go's C(time.ParseDuration), sets the reconcile result's RequeueAfter and stops reading the
     run's events. This module validates and normalises I(period) so that parse always works.
   - Use it as the last task of a role, without C(when:) - a skipped task's result has no
-    C(period), and the operator would stop at the first such task anyway.
+    C(period), and the operator would stop at the first such task anyway. ansible-operator
+    returns from the reconcile as soon as it sees this result, so nothing may come after it.
+  - A period of C(0s) means no requeue: the next reconcile comes from a watch event.
+  - Runs in the controller process as an action plugin when C(plugins/action) is configured.
 options:
   period:
     description: A Go duration (C(10s), C(1m30s), C(500ms)) or a number of seconds.
@@ -41,19 +44,13 @@ seconds:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_duration import format_duration, parse_duration
+from ansible.module_utils.qk_action import run_module
+from ansible.module_utils.qk_duration import REQUEUE_ARGUMENT_SPEC, requeue_period
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec={"period": {"type": "raw", "required": True, "aliases": ["time"]}},
-        supports_check_mode=True,
-    )
-    try:
-        ns = parse_duration(module.params["period"])
-    except ValueError as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, period=format_duration(ns), seconds=ns / 1e9)
+    module = AnsibleModule(argument_spec=REQUEUE_ARGUMENT_SPEC, supports_check_mode=True)
+    run_module(module, requeue_period, needs_client=False)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Always the qualified resources: other etcd operators name their kind EtcdCluster too, and with
+# one of their CRDs installed a bare "etcdcluster" may resolve to theirs.
+CLUSTERS = "etcdclusters.etcd.quorumkeeper.dev"
+PEERS = "etcdpeers.etcd.quorumkeeper.dev"
 CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
 STATE = Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper"))
 

@@ -31,6 +31,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pki import CertificateAuthority, service_account_key  # noqa: E402
 
@@ -289,6 +291,7 @@ def image_map(tools: dict, operator_root: Path) -> dict:
                 "ANSIBLE_LIBRARY": "/opt/ansible/library",
                 "ANSIBLE_MODULE_UTILS": "/opt/ansible/plugins/module_utils",
                 "ANSIBLE_FILTER_PLUGINS": "/opt/ansible/plugins/filter",
+                "ANSIBLE_ACTION_PLUGINS": "/opt/ansible/plugins/action",
                 "ANSIBLE_ROLES_PATH": "/opt/ansible/roles",
                 "ANSIBLE_LOCAL_TEMP": "/tmp/ansible",
             },
@@ -687,7 +690,7 @@ class LocalCluster:
         staging.mkdir(parents=True)
         for name in ("watches.yaml", "requirements.yml"):
             shutil.copy2(ROOT / name, staging / name)
-        for name in ("roles", "library", "plugins"):
+        for name in ("playbooks", "roles", "library", "plugins"):
             shutil.copytree(
                 ROOT / name, staging / name, ignore=shutil.ignore_patterns("__pycache__")
             )
@@ -707,27 +710,17 @@ class LocalCluster:
         self.build_operator_image()
         self.write_image_map(toolchain())
         rendered = self.kubectl("kustomize", str(ROOT / "config" / "default")).stdout
-        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered)
-        # A re-deploy of an unchanged manifest must still pick up the freshly copied files.
+        # A re-deploy of an unchanged manifest must still pick up the freshly copied files: the
+        # digest of the "image" goes into the pod template, in the same apply (one rollout, so
+        # the new pod does not wait out the leader lease of a pod that only lived a moment).
         digest = _tree_digest(self.layout.state / "images" / "operator")
-        self.kubectl(
-            "-n",
-            "quorumkeeper-system",
-            "patch",
-            "deployment",
-            "quorumkeeper-controller-manager",
-            "--type=merge",
-            "-p",
-            json.dumps(
-                {
-                    "spec": {
-                        "template": {
-                            "metadata": {"annotations": {"quorumkeeper.dev/image-digest": digest}}
-                        }
-                    }
-                }
-            ),
-        )
+        documents = [d for d in yaml.safe_load_all(rendered) if d]
+        for document in documents:
+            if document.get("kind") == "Deployment":
+                template = document["spec"]["template"]["metadata"]
+                template.setdefault("annotations", {})["quorumkeeper.dev/image-digest"] = digest
+        manifest = json.dumps({"apiVersion": "v1", "kind": "List", "items": documents})
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", stdin=manifest)
         self.kubectl(
             "-n",
             "quorumkeeper-system",

@@ -1,12 +1,10 @@
 # Copyright: quorumkeeper contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Jinja2 filters for the quorumkeeper roles (etcd names, URLs, images, versions, CPU)."""
+"""Jinja2 filters for the quorumkeeper roles (etcd names, URLs, images, versions, peer specs)."""
 
 from __future__ import annotations
 
-import math
 import re
-from decimal import Decimal, InvalidOperation
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -64,38 +62,6 @@ def etcd_image(version, repository=DEFAULT_REPOSITORY):
     return f"{repository or DEFAULT_REPOSITORY}:v{v}"
 
 
-_QUANTITY = re.compile(r"^([+]?[0-9.]+)([a-zA-Z]*)$")
-_SUFFIX = {
-    "": Decimal(1),
-    "m": Decimal("0.001"),
-    "k": Decimal(1000),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-}
-
-
-def cpu_quantity(value):
-    """Kubernetes CPU quantity (``1500m``, ``2``, ``0.5``) as a Decimal number of cores."""
-    if isinstance(value, bool):
-        raise AnsibleFilterError(f"invalid CPU quantity {value!r}")
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    m = _QUANTITY.match(str(value).strip())
-    if not m or m.group(2) not in _SUFFIX:
-        raise AnsibleFilterError(f"invalid CPU quantity {value!r} (expected e.g. 500m, 2, 1.5)")
-    try:
-        return Decimal(m.group(1)) * _SUFFIX[m.group(2)]
-    except InvalidOperation as exc:
-        raise AnsibleFilterError(f"invalid CPU quantity {value!r}") from exc
-
-
-def gomaxprocs(cpu_limit, default=1):
-    """GOMAXPROCS for a CPU limit: floor of the cores, at least 1. No limit -> ``default``."""
-    if cpu_limit is None or (isinstance(cpu_limit, str) and not cpu_limit.strip()):
-        return default
-    return max(1, math.floor(cpu_quantity(cpu_limit)))
-
-
 _VERSION = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-([0-9A-Za-z.-]+))?(?:\+.*)?$")
 
 
@@ -151,6 +117,50 @@ def etcd_minor(version):
     return f"{nums[0]}.{nums[1]}"
 
 
+def etcd_peer_spec(peer, cluster_spec, state, members, naming):
+    """The spec of EtcdPeer ``peer`` of a cluster whose spec is ``cluster_spec``.
+
+    ``state`` is ``New`` (an initial member) or ``Existing`` (joins a running cluster);
+    ``members`` names the static initial cluster it starts with (itself included); ``naming``
+    is ``{cluster, namespace, domain, repository}`` (repository: used when the cluster sets
+    none, so that a peer keeps its image whatever the operator's default becomes later).
+    """
+    if state not in ("New", "Existing"):
+        raise AnsibleFilterError(f"initial cluster state {state!r} must be New or Existing")
+    if peer not in members:
+        raise AnsibleFilterError(f"the initial cluster of {peer} must include it: {members}")
+    spec = {
+        "clusterName": naming["cluster"],
+        "version": cluster_spec["version"],
+        "repository": cluster_spec.get("repository")
+        or naming.get("repository")
+        or DEFAULT_REPOSITORY,
+        "bootstrap": {
+            "initialClusterState": state,
+            "static": {
+                "initialCluster": [
+                    {
+                        "name": n,
+                        "host": _host(
+                            n, naming["cluster"], naming["namespace"], naming.get("domain")
+                        ),
+                    }
+                    for n in members
+                ]
+            },
+        },
+    }
+    for key in ("storage", "podTemplate"):
+        if cluster_spec.get(key):
+            spec[key] = cluster_spec[key]
+    return spec
+
+
+def etcd_peer_member(peer, cluster_spec, state, members, naming):
+    """``{name, spec}`` of EtcdPeer ``peer``, for etcd_peer's ``members`` option."""
+    return {"name": peer, "spec": etcd_peer_spec(peer, cluster_spec, state, members, naming)}
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -159,7 +169,8 @@ class FilterModule:
             "etcd_initial_cluster": etcd_initial_cluster,
             "etcd_ordinal": etcd_ordinal,
             "etcd_image": etcd_image,
-            "gomaxprocs": gomaxprocs,
+            "etcd_peer_spec": etcd_peer_spec,
+            "etcd_peer_member": etcd_peer_member,
             "etcd_version_compare": etcd_version_compare,
             "etcd_minor": etcd_minor,
         }

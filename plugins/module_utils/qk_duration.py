@@ -90,3 +90,12 @@ def format_duration(ns):
 
 def normalize_duration(value):
     return format_duration(parse_duration(value))
+
+
+REQUEUE_ARGUMENT_SPEC = {"period": {"type": "raw", "required": True, "aliases": ["time"]}}
+
+
+def requeue_period(params):
+    """The requeue_after result: ``period`` as a Go duration string, ``seconds`` as a number."""
+    ns = parse_duration(params["period"])
+    return {"changed": False, "period": format_duration(ns), "seconds": ns / 1e9}

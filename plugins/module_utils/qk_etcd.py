@@ -584,19 +584,23 @@ def public_member(m):
 
 
 def preferred_endpoints(client, members, exclude_id=None):
-    """Client URLs of healthy members (leader-independent), then the configured endpoints.
+    """Client URLs of healthy voters, the leader first, then the configured endpoints.
 
-    URLs of ``exclude_id`` are left out entirely (never send a remove through the member
-    being removed).
+    The leader first: etcd refuses a member change (``unhealthy cluster``) when the member that
+    handles it has not been connected to a quorum for five seconds, and a member that just
+    joined has not; the leader has. URLs of ``exclude_id`` are left out entirely (never send a
+    remove through the member being removed).
     """
     excluded = set()
     ordered = []
     for m in members:
         if m["id"] == exclude_id:
             excluded.update(m.get("client_urls", []))
-    for m in members:
-        if m["id"] != exclude_id and m.get("healthy") and not m.get("is_learner"):
-            ordered.extend(m.get("client_urls", []))
+    voters = [
+        m for m in members if m["id"] != exclude_id and m.get("healthy") and not m.get("is_learner")
+    ]
+    for m in sorted(voters, key=lambda m: not m.get("is_leader")):
+        ordered.extend(m.get("client_urls", []))
     ordered.extend(client.endpoints)
     out = []
     for ep in ordered:

@@ -1,36 +1,71 @@
 # Copyright: quorumkeeper contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Kubernetes helpers for k8s_status / k8s_event: client loading and the pure merge logic."""
+"""Status and Event operations shared by the k8s_status / k8s_event modules and action plugins.
+
+The pure parts (condition merging, event matching) are unit tested; ``write_status`` and
+``record_event`` take a ``qk_kube.KubeClient`` and raise ``OperationError`` with a message a
+human can act on.
+"""
 
 from __future__ import annotations
 
 import copy
-import os
-from datetime import UTC, datetime
+import socket
+import time
 
-try:
-    from kubernetes import client as k8s_client
-    from kubernetes import config as k8s_config
-    from kubernetes.dynamic import DynamicClient
-    from kubernetes.dynamic.exceptions import (
-        ApiException,
-        ConflictError,
-        NotFoundError,
-        ResourceNotFoundError,
-    )
-
-    HAS_K8S = True
-    K8S_IMPORT_ERROR = None
-except ImportError as exc:  # pragma: no cover
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = exc
+from ansible.module_utils.qk_kube import KubeError, now_rfc3339
 
 CONDITION_STATUSES = ("True", "False", "Unknown")
+MAX_CONFLICT_RETRIES = 5
+
+# The object a status or an Event is about, and how to reach its API server.
+OBJECT_OPTIONS = {
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+    "ignore_missing": {"type": "bool", "default": False},
+    "api_version": {"type": "str", "required": True},
+    "kind": {"type": "str", "required": True},
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str"},
+}
+STATUS_ARGUMENT_SPEC = {
+    **OBJECT_OPTIONS,
+    "status": {"type": "dict", "default": {}},
+    "conditions": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "type": {"type": "str", "required": True},
+            "status": {"type": "raw", "required": True},
+            "reason": {"type": "str", "required": True},
+            "message": {"type": "str", "default": ""},
+        },
+    },
+}
+EVENT_ARGUMENT_SPEC = {
+    **OBJECT_OPTIONS,
+    "uid": {"type": "str"},
+    "reason": {"type": "str", "required": True},
+    "message": {"type": "str", "required": True},
+    "type": {"type": "str", "choices": ["Normal", "Warning"], "default": "Normal"},
+    "component": {"type": "str", "default": "quorumkeeper"},
+}
 
 
-def now_rfc3339(now=None):
-    now = now or datetime.now(UTC)
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+class OperationError(Exception):
+    """A failure to report to the user as the task's ``msg``."""
+
+
+# What the API server says when an object is created in a namespace that is being deleted.
+NAMESPACE_TERMINATING = "because it is being terminated"
+
+
+def _gone(params, what):
+    """The result for an object that no longer exists, or an error unless that is expected."""
+    if params.get("ignore_missing"):
+        return {"changed": False, "gone": True}
+    raise OperationError(what)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,63 +161,138 @@ def event_matches(event, uid, reason, message, event_type, component):
     )
 
 
+def describe(kind, name, namespace=None):
+    return f"{kind} {namespace + '/' if namespace else ''}{name}"
+
+
 # ---------------------------------------------------------------------------------------------
-# Client
+# Operations
 # ---------------------------------------------------------------------------------------------
 
 
-def kubeconfig_path(option=None, environ=None):
-    """The kubeconfig to use: option, K8S_AUTH_KUBECONFIG, KUBECONFIG; None means in-cluster."""
-    env = os.environ if environ is None else environ
-    for value in (option, env.get("K8S_AUTH_KUBECONFIG"), env.get("KUBECONFIG")):
-        if value:
-            # KUBECONFIG may be a list; the python client takes the first file
-            return os.path.expanduser(value.split(os.pathsep)[0])
-    return None
+def write_status(client, params, check_mode=False):
+    """Merge ``params['status']`` and ``params['conditions']`` into the object's status.
 
-
-def dynamic_client(kubeconfig=None, context=None):
-    path = kubeconfig_path(kubeconfig)
-    configuration = k8s_client.Configuration()
-    if path:
-        k8s_config.load_kube_config(
-            config_file=path, context=context, client_configuration=configuration
-        )
-    else:
-        k8s_config.load_incluster_config(client_configuration=configuration)
-    return DynamicClient(k8s_client.ApiClient(configuration))
-
-
-def k8s_argument_spec():
-    return {
-        "kubeconfig": {"type": "path"},
-        "context": {"type": "str"},
-    }
-
-
-def api_error_text(exc):
-    body = getattr(exc, "body", None)
-    status = getattr(exc, "status", None)
-    reason = getattr(exc, "reason", None)
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", "replace")
-    if body:
+    Reads the object, computes the new status and writes the status subresource only when it
+    differs, with the object's resourceVersion (retrying on conflicts). Returns the module
+    result (``changed``, ``status`` and, after a write, ``result``).
+    """
+    p = params
+    what = describe(p["kind"], p["name"], p["namespace"])
+    for _attempt in range(MAX_CONFLICT_RETRIES):
         try:
-            import json
+            obj = client.get(p["api_version"], p["kind"], p["name"], p["namespace"])
+        except KubeError as exc:
+            raise OperationError(f"cannot read {what}: {exc}") from exc
+        if obj is None:
+            return _gone(p, f"{what} not found")
+        current = obj.get("status") or {}
+        generation = obj.get("metadata", {}).get("generation")
+        try:
+            new = compute_status(current, p["status"], p["conditions"], generation)
+        except ValueError as exc:
+            raise OperationError(str(exc)) from exc
+        if new == current:
+            return {"changed": False, "status": current}
+        if check_mode:
+            return {"changed": True, "status": new}
+        obj["status"] = new
+        try:
+            written = client.replace_status(obj)
+        except KubeError as exc:
+            if exc.conflict:
+                continue
+            if exc.not_found:
+                if client.get(p["api_version"], p["kind"], p["name"], p["namespace"]) is None:
+                    return _gone(p, f"{what} disappeared while its status was being written")
+                raise OperationError(
+                    f"{p['kind']} ({p['api_version']}) has no status subresource; enable "
+                    "subresources.status in its CustomResourceDefinition"
+                ) from exc
+            raise OperationError(f"cannot write the status of {what}: {exc}") from exc
+        return {"changed": True, "status": written.get("status") or {}, "result": written}
+    raise OperationError(
+        f"cannot write the status of {what}: it kept changing "
+        f"({MAX_CONFLICT_RETRIES} conflicting updates in a row)"
+    )
 
-            msg = json.loads(body).get("message")
-            if msg:
-                return f"{status} {reason}: {msg}"
-        except (ValueError, AttributeError):
-            pass
-    return f"{status} {reason}" if status else str(exc)
 
+def record_event(client, params, check_mode=False):
+    """Create a core/v1 Event about an object, or count one more of an identical recent one."""
+    p = params
+    namespace = p["namespace"] or "default"
+    what = describe(p["kind"], p["name"], p["namespace"])
+    uid, resource_version = p.get("uid"), None
+    if not uid:
+        try:
+            obj = client.get(p["api_version"], p["kind"], p["name"], p["namespace"])
+        except KubeError as exc:
+            raise OperationError(f"cannot read {what}: {exc}") from exc
+        if obj is None:
+            return _gone(p, f"cannot record an event about {what}: it does not exist")
+        uid = obj["metadata"]["uid"]
+        resource_version = obj["metadata"].get("resourceVersion")
 
-__all__ = [
-    "ApiException",
-    "ConflictError",
-    "NotFoundError",
-    "ResourceNotFoundError",
-    "HAS_K8S",
-    "K8S_IMPORT_ERROR",
-]
+    now = now_rfc3339()
+    try:
+        existing = client.list(
+            "v1",
+            "Event",
+            namespace,
+            field_selector=f"involvedObject.uid={uid},reason={p['reason']}",
+        )
+    except KubeError as exc:
+        raise OperationError(f"cannot list events in {namespace}: {exc}") from exc
+    match = None
+    for ev in existing:
+        if not event_matches(ev, uid, p["reason"], p["message"], p["type"], p["component"]):
+            continue
+        if match is None or (ev.get("lastTimestamp") or "") > (match.get("lastTimestamp") or ""):
+            match = ev
+
+    if match is not None:
+        patch = {"count": int(match.get("count") or 1) + 1, "lastTimestamp": now}
+        if check_mode:
+            match.update(patch)
+            return {"changed": True, "event": match}
+        try:
+            written = client.patch("v1", "Event", match["metadata"]["name"], patch, namespace)
+        except KubeError as exc:
+            raise OperationError(f"cannot update event {match['metadata']['name']}: {exc}") from exc
+        return {"changed": True, "event": written}
+
+    involved = {"apiVersion": p["api_version"], "kind": p["kind"], "name": p["name"], "uid": uid}
+    if p["namespace"]:
+        involved["namespace"] = p["namespace"]
+    if resource_version:
+        involved["resourceVersion"] = resource_version
+    body = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{p['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": p["reason"],
+        "message": p["message"],
+        "type": p["type"],
+        "source": {"component": p["component"]},
+        "reportingComponent": p["component"],
+        "reportingInstance": socket.gethostname(),
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+    if check_mode:
+        return {"changed": True, "event": body}
+    try:
+        written = client.create(body)
+    except KubeError as exc:
+        if exc.status == 403 and NAMESPACE_TERMINATING in exc.message:
+            return _gone(p, f"cannot create an event in {namespace}: {exc}")
+        if not exc.conflict:
+            raise OperationError(f"cannot create an event in {namespace}: {exc}") from exc
+        body["metadata"]["name"] = f"{p['name']}.{time.time_ns():x}"
+        try:
+            written = client.create(body)
+        except KubeError as exc2:
+            raise OperationError(f"cannot create an event in {namespace}: {exc2}") from exc2
+    return {"changed": True, "event": written}

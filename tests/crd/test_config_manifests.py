@@ -165,7 +165,7 @@ def test_manager_deployment(rendered):
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": 6789}
     assert c["resources"] == {
         "requests": {"cpu": "500m", "memory": "256Mi"},
-        "limits": {"cpu": "1", "memory": "1Gi"},
+        "limits": {"cpu": "1", "memory": "2Gi"},
     }
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
 
@@ -182,9 +182,11 @@ def test_rbac_least_privilege(rendered):
                 grants.setdefault((group, res), set()).update(rule["verbs"])
     core = {res: verbs for (group, res), verbs in grants.items() if group == ""}
     assert core["pods"] == {"get", "list", "watch", "delete"}
-    assert core["persistentvolumeclaims"] == {"get", "list", "watch", "create", "delete"}
+    assert core["persistentvolumeclaims"] == {"get", "list", "watch", "create", "patch", "delete"}
+    # The client Service's Endpoints are watched and annotated; no one else's are changed.
+    assert core["endpoints"] == {"get", "list", "watch", "create", "patch"}
     assert core["secrets"] == {"get", "list", "watch"}
-    assert {"create", "patch"} <= core["events"]
+    assert core["events"] == {"create", "get", "list", "patch"}, "Events are never cached"
     assert {"create", "delete", "get", "list", "patch", "update", "watch"} <= core["services"]
     assert "pods/exec" not in core and "configmaps" not in core
     assert {"create", "delete", "get", "list", "patch", "update", "watch"} <= grants[
@@ -370,16 +372,20 @@ def test_watches():
     by = {w["kind"]: w for w in watches}
     assert set(by) == {"EtcdCluster", "EtcdPeer"}
     for kind, role, period in (
-        ("EtcdCluster", "etcdcluster", "30s"),
-        ("EtcdPeer", "etcdpeer", "60s"),
+        ("EtcdCluster", "etcdcluster", "5m"),
+        ("EtcdPeer", "etcdpeer", "10m"),
     ):
         w = by[kind]
-        assert (w["group"], w["version"], w["role"]) == (GROUP, "v1alpha1", role)
+        assert (w["group"], w["version"]) == (GROUP, "v1alpha1")
+        # A one-play playbook per kind that runs the role (see playbooks/etcdcluster.yml).
+        assert w["playbook"] == f"playbooks/{role}.yml" and "role" not in w
+        (play,) = yaml.safe_load((ROOT / w["playbook"]).read_text())
+        assert play["hosts"] == "localhost" and play["gather_facts"] is False
+        assert play["roles"] == [role] and set(play) == {"name", "hosts", "gather_facts", "roles"}
         assert w["reconcilePeriod"] == period
         assert w["manageStatus"] is False
         assert w["watchDependentResources"] is True
         assert w["snakeCaseParameters"] is False, "snake-casing would mangle annotation keys"
-        assert "playbook" not in w
     crd_kinds = {
         yaml.safe_load(p.read_text())["spec"]["names"]["kind"]
         for p in (ROOT / "config/crd/bases").glob("*.yaml")
@@ -428,6 +434,7 @@ def test_dockerfile():
         "requirements.txt",
         "requirements.yml",
         "watches.yaml",
+        "playbooks/",
         "roles/",
         "library/",
         "plugins/",
@@ -443,6 +450,7 @@ def test_dockerfile():
     for pkg in ("etcd3aio", "boto3", "google-cloud-storage"):
         assert pkg in req
     assert "ANSIBLE_ROLES_PATH=/opt/ansible/roles" in text
+    assert "ANSIBLE_ACTION_PLUGINS=/opt/ansible/plugins/action" in text
     assert re.search(r"^USER 1001$", text, re.M), "drop back to the base image's user"
 
 

@@ -14,11 +14,17 @@ CRD_DIR = ROOT / "config" / "crd" / "bases"
 GROUP = "etcd.quorumkeeper.dev"
 
 EXPECTED = {
-    "EtcdCluster": dict(plural="etcdclusters", short=["etcdc"], categories=["etcd", "all"]),
-    "EtcdPeer": dict(plural="etcdpeers", short=["etcdp"], categories=["etcd"]),
-    "EtcdBackup": dict(plural="etcdbackups", short=None, categories=["etcd"]),
-    "EtcdBackupSchedule": dict(plural="etcdbackupschedules", short=None, categories=["etcd"]),
-    "EtcdRestore": dict(plural="etcdrestores", short=None, categories=["etcd"]),
+    "EtcdCluster": dict(
+        plural="etcdclusters", short=["etcdc"], categories=["etcd", "quorumkeeper", "all"]
+    ),
+    "EtcdPeer": dict(plural="etcdpeers", short=["etcdp"], categories=["etcd", "quorumkeeper"]),
+    "EtcdBackup": dict(plural="etcdbackups", short=["etcdbk"], categories=["etcd", "quorumkeeper"]),
+    "EtcdBackupSchedule": dict(
+        plural="etcdbackupschedules", short=["etcdbks"], categories=["etcd", "quorumkeeper"]
+    ),
+    "EtcdRestore": dict(
+        plural="etcdrestores", short=["etcdrs"], categories=["etcd", "quorumkeeper"]
+    ),
 }
 
 
@@ -281,7 +287,17 @@ def test_etcdcluster_status_fields():
         "conditions",
     }
     member = status["members"]["items"]["properties"]
-    assert set(member) == {"name", "id", "isLearner", "isLeader", "version", "healthy"}
+    assert set(member) == {
+        "name",
+        "id",
+        "isLearner",
+        "isLeader",
+        "version",
+        "healthy",
+        "pod",
+        "podReady",
+        "restarts",
+    }
     assert status["conditions"]["x-kubernetes-list-type"] == "map"
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
 

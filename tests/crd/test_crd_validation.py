@@ -84,11 +84,11 @@ def test_crds_established_and_structural(kube_api):
 def test_short_names_and_categories(kube_api, namespace):
     accepted(create(kube_api, namespace, sample("etcdcluster")))
     accepted(create(kube_api, namespace, sample("etcdpeer")))
-    for resource in ("etcdc", "etcdp", "etcd", "all"):
+    for resource in ("etcdc", "etcdp", "etcd", "quorumkeeper", "all"):
         out = kube_api.kubectl("get", resource, "-n", namespace, "-o", "name").stdout
-        if resource in ("etcdc", "etcd", "all"):
+        if resource in ("etcdc", "etcd", "quorumkeeper", "all"):
             assert "etcdcluster.etcd.quorumkeeper.dev/my-cluster" in out, resource
-        if resource in ("etcdp", "etcd"):
+        if resource in ("etcdp", "etcd", "quorumkeeper"):
             assert "etcdpeer.etcd.quorumkeeper.dev/my-cluster-0" in out, resource
     all_out = kube_api.kubectl("get", "all", "-n", namespace, "-o", "name").stdout
     assert "etcdpeer" not in all_out, "peers are internal: not in the 'all' category"
@@ -152,6 +152,38 @@ def test_unknown_fields_are_rejected_or_pruned(kube_api, namespace):
 @pytest.mark.parametrize("replicas", [0, -1, -3])
 def test_replicas_below_one_rejected(kube_api, namespace, replicas):
     rejected(create(kube_api, namespace, cluster(replicas=replicas)), REPLICAS_MSG)
+
+
+@pytest.mark.parametrize("replicas", [8, 9, 100000])
+def test_replicas_above_seven_rejected(kube_api, namespace, replicas):
+    rejected(
+        create(kube_api, namespace, cluster(replicas=replicas)),
+        "replicas must be at most 7",
+        "etcd advises clusters of at most seven",
+    )
+
+
+@pytest.mark.parametrize("replicas", [1, 5, 7])
+def test_replicas_up_to_seven_accepted(kube_api, namespace, replicas):
+    accepted(create(kube_api, namespace, cluster(name=f"r{replicas}", replicas=replicas)))
+
+
+@pytest.mark.parametrize("size", ["-1Gi", "0", 0, "100Mi", "64Mi", 1024, "1k"])
+def test_volumes_too_small_for_etcd_rejected(kube_api, namespace, size):
+    storage = copy.deepcopy(STORAGE)
+    storage["volumeClaimTemplate"]["resources"]["requests"]["storage"] = size
+    rejected(
+        create(kube_api, namespace, cluster(storage=storage)),
+        "the volume size must be at least 128Mi",
+    )
+
+
+@pytest.mark.parametrize("size", ["128Mi", "1Gi", "8Gi", 134217728, "0.5Gi"])
+def test_volumes_large_enough_accepted(kube_api, namespace, size):
+    storage = copy.deepcopy(STORAGE)
+    storage["volumeClaimTemplate"]["resources"]["requests"]["storage"] = size
+    name = "s" + str(abs(hash(str(size))) % 10**8)
+    accepted(create(kube_api, namespace, cluster(name=name, storage=storage)))
 
 
 @pytest.mark.parametrize(
@@ -282,7 +314,13 @@ def patch(api, ns, resource, name, body, kind="merge", subresource=None):
 def test_changing_storage_rejected(kube_api, namespace, change):
     accepted(create(kube_api, namespace, cluster(storage=STORAGE)))
     rejected(
-        patch(kube_api, namespace, "etcdcluster", "c", {"spec": {"storage": change}}),
+        patch(
+            kube_api,
+            namespace,
+            "etcdclusters.etcd.quorumkeeper.dev",
+            "c",
+            {"spec": {"storage": change}},
+        ),
         STORAGE_CHANGED_MSG,
         "spec.storage",
     )
@@ -294,7 +332,7 @@ def test_removing_storage_rejected(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "c",
             [{"op": "remove", "path": "/spec/storage"}],
             kind="json",
@@ -302,7 +340,13 @@ def test_removing_storage_rejected(kube_api, namespace):
         STORAGE_ADDED_REMOVED_MSG,
     )
     rejected(
-        patch(kube_api, namespace, "etcdcluster", "c", {"spec": {"storage": None}}),
+        patch(
+            kube_api,
+            namespace,
+            "etcdclusters.etcd.quorumkeeper.dev",
+            "c",
+            {"spec": {"storage": None}},
+        ),
         STORAGE_ADDED_REMOVED_MSG,
     )
 
@@ -310,7 +354,13 @@ def test_removing_storage_rejected(kube_api, namespace):
 def test_adding_storage_later_rejected(kube_api, namespace):
     accepted(create(kube_api, namespace, cluster()))
     rejected(
-        patch(kube_api, namespace, "etcdcluster", "c", {"spec": {"storage": STORAGE}}),
+        patch(
+            kube_api,
+            namespace,
+            "etcdclusters.etcd.quorumkeeper.dev",
+            "c",
+            {"spec": {"storage": STORAGE}},
+        ),
         STORAGE_ADDED_REMOVED_MSG,
     )
 
@@ -320,7 +370,7 @@ def test_other_changes_allowed_on_cluster_with_storage(kube_api, namespace):
     proc = patch(
         kube_api,
         namespace,
-        "etcdcluster",
+        "etcdclusters.etcd.quorumkeeper.dev",
         "my-cluster",
         {
             "spec": {
@@ -337,7 +387,7 @@ def test_other_changes_allowed_on_cluster_with_storage(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "my-cluster",
             {"spec": {"storage": sample("etcdcluster")["spec"]["storage"]}},
         )
@@ -346,12 +396,25 @@ def test_other_changes_allowed_on_cluster_with_storage(kube_api, namespace):
 
 def test_kubectl_scale(kube_api, namespace):
     accepted(create(kube_api, namespace, sample("etcdcluster")))
-    out = kube_api.kubectl("scale", "-n", namespace, "etcdcluster", "my-cluster", "--replicas", "5")
+    out = kube_api.kubectl(
+        "scale",
+        "-n",
+        namespace,
+        "etcdclusters.etcd.quorumkeeper.dev",
+        "my-cluster",
+        "--replicas",
+        "5",
+    )
     assert "scaled" in out.stdout
-    stored = kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")
+    stored = kube_api.get_json("-n", namespace, "etcdclusters.etcd.quorumkeeper.dev", "my-cluster")
     assert stored["spec"]["replicas"] == 5
     scale = kube_api.get_json(
-        "-n", namespace, "etcdcluster", "my-cluster", "--subresource", "scale"
+        "-n",
+        namespace,
+        "etcdclusters.etcd.quorumkeeper.dev",
+        "my-cluster",
+        "--subresource",
+        "scale",
     )
     assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 5
     # status (written by the operator) flows into the Scale's status
@@ -359,14 +422,19 @@ def test_kubectl_scale(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "my-cluster",
             {"status": {"replicas": 4, "selector": "etcd.quorumkeeper.dev/cluster=my-cluster"}},
             subresource="status",
         )
     )
     scale = kube_api.get_json(
-        "-n", namespace, "etcdcluster", "my-cluster", "--subresource", "scale"
+        "-n",
+        namespace,
+        "etcdclusters.etcd.quorumkeeper.dev",
+        "my-cluster",
+        "--subresource",
+        "scale",
     )
     assert scale["status"] == {
         "replicas": 4,
@@ -374,11 +442,23 @@ def test_kubectl_scale(kube_api, namespace):
     }
     rejected(
         kube_api.kubectl(
-            "scale", "-n", namespace, "etcdcluster", "my-cluster", "--replicas", "0", check=False
+            "scale",
+            "-n",
+            namespace,
+            "etcdclusters.etcd.quorumkeeper.dev",
+            "my-cluster",
+            "--replicas",
+            "0",
+            check=False,
         ),
         REPLICAS_MSG,
     )
-    assert kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")["spec"]["replicas"] == 5
+    assert (
+        kube_api.get_json("-n", namespace, "etcdclusters.etcd.quorumkeeper.dev", "my-cluster")[
+            "spec"
+        ]["replicas"]
+        == 5
+    )
 
 
 def now() -> str:
@@ -391,7 +471,7 @@ def test_printer_columns(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "my-cluster",
             {
                 "status": {
@@ -418,7 +498,9 @@ def test_printer_columns(kube_api, namespace):
             subresource="status",
         )
     )
-    lines = kube_api.kubectl("get", "-n", namespace, "etcdclusters").stdout.splitlines()
+    lines = kube_api.kubectl(
+        "get", "-n", namespace, "etcdclusters.etcd.quorumkeeper.dev"
+    ).stdout.splitlines()
     assert lines[0].split() == ["NAME", "READY", "REPLICAS", "VERSION", "AVAILABLE", "AGE"]
     assert lines[1].split()[:5] == ["my-cluster", "2", "3", "3.6.16", "True"]
 
@@ -427,7 +509,7 @@ def test_printer_columns(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdpeer",
+            "etcdpeers.etcd.quorumkeeper.dev",
             "my-cluster-0",
             {
                 "status": {
@@ -440,7 +522,9 @@ def test_printer_columns(kube_api, namespace):
             subresource="status",
         )
     )
-    lines = kube_api.kubectl("get", "-n", namespace, "etcdpeers").stdout.splitlines()
+    lines = kube_api.kubectl(
+        "get", "-n", namespace, "etcdpeers.etcd.quorumkeeper.dev"
+    ).stdout.splitlines()
     assert lines[0].split() == ["NAME", "CLUSTER", "READY", "VERSION", "MEMBER", "AGE"]
     assert lines[1].split()[:5] == [
         "my-cluster-0",
@@ -482,19 +566,24 @@ def test_status_fields_written_by_the_roles_are_kept(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdpeer",
+            "etcdpeers.etcd.quorumkeeper.dev",
             "my-cluster-0",
             {"status": status},
             subresource="status",
         )
     )
-    assert kube_api.get_json("-n", namespace, "etcdpeer", "my-cluster-0")["status"] == status
+    assert (
+        kube_api.get_json("-n", namespace, "etcdpeers.etcd.quorumkeeper.dev", "my-cluster-0")[
+            "status"
+        ]
+        == status
+    )
     # null values are dropped, not rejected
     accepted(
         patch(
             kube_api,
             namespace,
-            "etcdpeer",
+            "etcdpeers.etcd.quorumkeeper.dev",
             "my-cluster-0",
             {"status": {"memberID": None}},
             subresource="status",
@@ -505,8 +594,18 @@ def test_status_fields_written_by_the_roles_are_kept(kube_api, namespace):
 def test_status_is_a_subresource(kube_api, namespace):
     accepted(create(kube_api, namespace, sample("etcdcluster")))
     # status in a main-resource update is ignored
-    accepted(patch(kube_api, namespace, "etcdcluster", "my-cluster", {"status": {"phase": "X"}}))
-    assert "status" not in kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdclusters.etcd.quorumkeeper.dev",
+            "my-cluster",
+            {"status": {"phase": "X"}},
+        )
+    )
+    assert "status" not in kube_api.get_json(
+        "-n", namespace, "etcdclusters.etcd.quorumkeeper.dev", "my-cluster"
+    )
 
 
 def test_status_shape_validated(kube_api, namespace):
@@ -519,6 +618,9 @@ def test_status_shape_validated(kube_api, namespace):
             "isLeader": True,
             "version": "3.6.16",
             "healthy": True,
+            "pod": "my-cluster-0-x7k2p",
+            "podReady": True,
+            "restarts": 2,
         },
         {
             "name": "",
@@ -539,7 +641,7 @@ def test_status_shape_validated(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "my-cluster",
             {
                 "status": {
@@ -554,7 +656,7 @@ def test_status_shape_validated(kube_api, namespace):
             subresource="status",
         )
     )
-    stored = kube_api.get_json("-n", namespace, "etcdcluster", "my-cluster")
+    stored = kube_api.get_json("-n", namespace, "etcdclusters.etcd.quorumkeeper.dev", "my-cluster")
     assert stored["status"]["members"] == members, "unstarted members (empty names) must fit"
     bad = {
         "type": "Available",
@@ -567,7 +669,7 @@ def test_status_shape_validated(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "my-cluster",
             {"status": {"conditions": [bad]}},
             subresource="status",
@@ -580,7 +682,7 @@ def test_status_shape_validated(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdcluster",
+            "etcdclusters.etcd.quorumkeeper.dev",
             "my-cluster",
             {"status": {"conditions": [no_reason]}},
             subresource="status",
@@ -642,14 +744,20 @@ def test_peer_rules(kube_api, namespace):
 
     accepted(create(kube_api, namespace, peer(storage=STORAGE)))
     rejected(
-        patch(kube_api, namespace, "etcdpeer", "p-0", {"spec": {"clusterName": "q"}}),
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeers.etcd.quorumkeeper.dev",
+            "p-0",
+            {"spec": {"clusterName": "q"}},
+        ),
         "clusterName is immutable",
     )
     rejected(
         patch(
             kube_api,
             namespace,
-            "etcdpeer",
+            "etcdpeers.etcd.quorumkeeper.dev",
             "p-0",
             {"spec": {"storage": {"volumeClaimTemplate": {"storageClassName": "other"}}}},
         ),
@@ -659,7 +767,7 @@ def test_peer_rules(kube_api, namespace):
         patch(
             kube_api,
             namespace,
-            "etcdpeer",
+            "etcdpeers.etcd.quorumkeeper.dev",
             "p-0",
             [{"op": "remove", "path": "/spec/storage"}],
             kind="json",
@@ -667,7 +775,15 @@ def test_peer_rules(kube_api, namespace):
         STORAGE_ADDED_REMOVED_MSG,
     )
     # the operator changes a peer's version in place during upgrades
-    accepted(patch(kube_api, namespace, "etcdpeer", "p-0", {"spec": {"version": "3.6.17"}}))
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            "etcdpeers.etcd.quorumkeeper.dev",
+            "p-0",
+            {"spec": {"version": "3.6.17"}},
+        )
+    )
 
 
 # -- backup / schedule / restore ----------------------------------------------------------------

@@ -8,14 +8,51 @@ import sys
 from pathlib import Path
 
 import pytest
-from kubehelpers import CACHE, ROOT, wait_until
+from kubehelpers import CACHE, CLUSTERS, PEERS, ROOT, wait_until
 
 OPERATOR_NAMESPACE = "quorumkeeper-system"
 API = "etcd.quorumkeeper.dev/v1alpha1"
+# What another etcd operator's CRD looks like to kubectl: same kind and plural, another group
+# that sorts before ours. Installed for the whole e2e session.
+DECOY_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "etcdclusters.etcd-operator.cozystack.io"},
+    "spec": {
+        "group": "etcd-operator.cozystack.io",
+        "names": {
+            "kind": "EtcdCluster",
+            "listKind": "EtcdClusterList",
+            "plural": "etcdclusters",
+            "singular": "etcdcluster",
+        },
+        "scope": "Namespaced",
+        "versions": [
+            {
+                "name": "v1alpha1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": True,
+                    }
+                },
+            }
+        ],
+    },
+}
 
 
 @pytest.fixture(scope="session")
-def operator(local_cluster):
+def decoy_crd(local_cluster):
+    local_cluster.apply(DECOY_CRD)
+    yield DECOY_CRD["metadata"]["name"]
+    local_cluster.run("delete", "crd", DECOY_CRD["metadata"]["name"], check=False)
+
+
+@pytest.fixture(scope="session")
+def operator(local_cluster, decoy_crd):
     result = subprocess.run(
         [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py"), "deploy-operator"],
         capture_output=True,
@@ -47,10 +84,14 @@ class EtcdClusterDriver:
                     "volumeClaimTemplate": {
                         "storageClassName": "local-path",
                         "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "64Mi"}},
+                        "resources": {"requests": {"storage": "128Mi"}},
                     }
                 },
-                "podTemplate": {"resources": {"limits": {"cpu": "1500m"}}},
+                # A small request so that many members fit on the 3 local nodes; the limit
+                # sets GOMAXPROCS (rounded down to 1).
+                "podTemplate": {
+                    "resources": {"requests": {"cpu": "100m"}, "limits": {"cpu": "1500m"}}
+                },
             },
         }
 
@@ -58,16 +99,14 @@ class EtcdClusterDriver:
         self.kube.apply(self.manifest(replicas))
 
     def scale(self, replicas: int) -> None:
-        self.kube("scale", "etcdcluster", self.name, "-n", self.namespace, f"--replicas={replicas}")
+        self.kube("scale", CLUSTERS, self.name, "-n", self.namespace, f"--replicas={replicas}")
 
     def patch_spec(self, **fields) -> None:
         patch = json.dumps({"spec": fields})
-        self.kube(
-            "patch", "etcdcluster", self.name, "-n", self.namespace, "--type=merge", "-p", patch
-        )
+        self.kube("patch", CLUSTERS, self.name, "-n", self.namespace, "--type=merge", "-p", patch)
 
     def get(self) -> dict:
-        return self.kube.get("etcdcluster", self.name, self.namespace)
+        return self.kube.get(CLUSTERS, self.name, self.namespace)
 
     def condition(self, kind: str) -> dict:
         conditions = self.get().get("status", {}).get("conditions", [])
@@ -77,8 +116,9 @@ class EtcdClusterDriver:
         def available():
             cluster = self.get()
             status = cluster.get("status", {})
+            conditions = {c["type"]: c for c in status.get("conditions", [])}
             ok = (
-                self.condition("Available").get("status") == "True"
+                conditions.get("Available", {}).get("status") == "True"
                 and len(status.get("members", [])) == members
                 and all(m["healthy"] and not m["isLearner"] for m in status["members"])
                 and status.get("observedGeneration") == cluster["metadata"]["generation"]
@@ -144,6 +184,12 @@ class EtcdClusterDriver:
 
     def member_ids(self) -> dict[str, str]:
         return {m["name"]: m["id"] for m in self.get()["status"]["members"]}
+
+    def member(self, name: str) -> dict:
+        return next(m for m in self.get()["status"]["members"] if m["name"] == name)
+
+    def peers(self) -> list[dict]:
+        return self.kube.get(PEERS, namespace=self.namespace)["items"]
 
     def event_reasons(self) -> set[str]:
         return {e["reason"] for e in self.kube.events(self.namespace, self.name)}

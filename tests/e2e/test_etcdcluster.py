@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from kubehelpers import ROOT, wait_until
+from kubehelpers import CLUSTERS, ROOT, wait_until
 
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 import faults  # noqa: E402
@@ -20,9 +20,26 @@ def test_create_three_members_and_use_the_client_service(etcd_cluster):
     etcd_cluster.create(3)
     status = etcd_cluster.wait_available(3)
     assert {m["name"] for m in status["members"]} == {"e2e-0", "e2e-1", "e2e-2"}
+    pods = {p["metadata"]["labels"]["etcd.quorumkeeper.dev/peer"]: p for p in etcd_cluster.pods()}
+    for member in status["members"]:
+        assert member["pod"] == pods[member["name"]]["metadata"]["name"]
+        assert member["podReady"] is True and member["restarts"] == 0
+    # The peers tell the truth too, as soon as the cluster says it is Available.
+    assert {p["metadata"]["name"]: p["status"]["ready"] for p in etcd_cluster.peers()} == {
+        "e2e-0": True,
+        "e2e-1": True,
+        "e2e-2": True,
+    }
+    assert "Bootstrapping" in etcd_cluster.event_reasons(), "creating a cluster is an Event too"
     assert status["leader"] in {"e2e-0", "e2e-1", "e2e-2"}
     assert status["readyReplicas"] == 3 and status["replicas"] == 3
-    assert status["clusterVersion"].startswith("3.6")
+    # etcd decides the cluster version a moment after its members are up.
+    version = wait_until(
+        "the cluster version in the status",
+        lambda: etcd_cluster.get()["status"].get("clusterVersion"),
+        timeout=20,
+    )
+    assert version.startswith("3.6")
     etcd_cluster.put("greeting", "hello")
     assert etcd_cluster.value("greeting") == "hello"
     assert etcd_cluster.pvc_names() == {"e2e-0", "e2e-1", "e2e-2"}
@@ -51,7 +68,7 @@ def test_scale_up_and_down_one_member_at_a_time_keeping_data(etcd_cluster):
             timeout=60,
         )
     reasons = etcd_cluster.event_reasons()
-    assert {"ScalingUp", "PromotingLearner", "ScalingDown", "MemberDataDeleted"} <= reasons
+    assert {"ScalingUp", "MemberPromoted", "ScalingDown", "MemberDataDeleted"} <= reasons
 
 
 def test_killed_member_process_recovers(etcd_cluster):
@@ -94,7 +111,7 @@ def test_delete_keeps_pvcs_and_recreating_brings_the_data_back(etcd_cluster):
     etcd_cluster.wait_available(3)
     etcd_cluster.put("phoenix", "risen")
     kube, namespace = etcd_cluster.kube, etcd_cluster.namespace
-    kube("delete", "etcdcluster", etcd_cluster.name, "-n", namespace, "--wait=true")
+    kube("delete", CLUSTERS, etcd_cluster.name, "-n", namespace, "--wait=true")
     wait_until("peers and pods garbage collected", lambda: not etcd_cluster.pods(), timeout=120)
     wait_until(
         "services garbage collected",
@@ -131,7 +148,6 @@ def test_operator_killed_during_scale_up_converges(etcd_cluster):
 def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
     etcd_cluster.create(1)
     etcd_cluster.wait_available(1)
-    kube, namespace = etcd_cluster.kube, etcd_cluster.namespace
     etcd_cluster.patch_spec(paused=True, replicas=3)
 
     def paused_at_new_generation():
@@ -143,7 +159,7 @@ def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
         )
 
     wait_until("the operator to report the pause for the new spec", paused_at_new_generation, 60)
-    peers = kube.get("etcdpeers", namespace=namespace)["items"]
+    peers = etcd_cluster.peers()
     assert [p["metadata"]["name"] for p in peers] == ["e2e-0"], "a paused cluster must not scale"
     assert etcd_cluster.condition("Progressing")["reason"] == "Paused"
     etcd_cluster.patch_spec(paused=False)
@@ -154,8 +170,13 @@ def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
     ("patch", "message"),
     [
         ({"replicas": -1}, "replicas must be at least 1"),
+        ({"replicas": 100000}, "replicas must be at most 7"),
         ({"version": "4.0.0"}, "only etcd major version 3"),
         ({"version": "banana"}, "semantic version"),
+        (
+            {"storage": {"volumeClaimTemplate": {"resources": {"requests": {"storage": "-1Gi"}}}}},
+            "the volume size must be at least 128Mi",
+        ),
     ],
 )
 def test_bad_input_is_rejected_by_the_api_server(etcd_cluster, patch, message):

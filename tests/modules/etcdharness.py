@@ -231,12 +231,15 @@ class EtcdCluster:
 # ---------------------------------------------------------------------------------------------
 
 
-def ansible_env(tmp_home):
+def ansible_env(tmp_home, action_plugins=True):
+    """Ansible configured like the operator image; without action_plugins, k8s_status,
+    k8s_event and requeue_after run as the modules in library/ instead of in-process."""
     env = dict(os.environ)
     env.update(
         ANSIBLE_LIBRARY=str(REPO / "library"),
         ANSIBLE_MODULE_UTILS=str(REPO / "plugins" / "module_utils"),
         ANSIBLE_FILTER_PLUGINS=str(REPO / "plugins" / "filter"),
+        ANSIBLE_ACTION_PLUGINS=str(REPO / "plugins" / "action"),
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_LOCALHOST_WARNING="0",
@@ -248,6 +251,8 @@ def ansible_env(tmp_home):
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_PYTHON_INTERPRETER=sys.executable,
     )
+    if not action_plugins:
+        env.pop("ANSIBLE_ACTION_PLUGINS")
     return env
 
 
@@ -259,8 +264,9 @@ def ansible_bin(name="ansible"):
 class ModuleRunner:
     """``ansible localhost -m <module> -a '<json>'`` with the json callback; returns the result."""
 
-    def __init__(self, tmp_home):
+    def __init__(self, tmp_home, action_plugins=True):
         self.tmp_home = Path(tmp_home)
+        self.action_plugins = action_plugins
         self.tmp_home.mkdir(parents=True, exist_ok=True)
         self.calls = []
 
@@ -274,7 +280,7 @@ class ModuleRunner:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=ansible_env(self.tmp_home),
+            env=ansible_env(self.tmp_home, self.action_plugins),
             cwd=str(REPO),
         )
         self.calls.append((module, time.monotonic() - t0))

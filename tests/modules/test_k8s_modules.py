@@ -1,7 +1,8 @@
-"""k8s_status / k8s_event against a real API server (the lead's local cluster).
+"""k8s_status / k8s_event against a real API server (the local cluster), both as the action
+plugins the operator runs in-process and as the modules in library/.
 
-Select with ``pytest -m cluster``. They use the local cluster (started if not running, by the
-``local_cluster`` fixture of tests/conftest.py).
+They use the local cluster (started if not running, by the ``local_cluster`` fixture of
+tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import time
 import uuid
 
 import pytest
+
+import etcdharness
 
 pytestmark = pytest.mark.cluster
 
@@ -41,6 +44,11 @@ CRD = {
         ],
     },
 }
+
+
+@pytest.fixture(params=[True, False], ids=["action", "module"])
+def run_module(request, tmp_path):
+    return etcdharness.ModuleRunner(tmp_path / "ansible-home", action_plugins=request.param)
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,10 @@ from ansible.module_utils.qk_k8s import (
     compute_status,
     deep_merge,
     event_matches,
-    kubeconfig_path,
     merge_conditions,
     normalize_condition_status,
-    now_rfc3339,
 )
+from ansible.module_utils.qk_kube import kubeconfig_path, now_rfc3339
 
 T0 = "2020-01-01T00:00:00Z"
 NOW = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The EtcdCluster planner: one quorum-safe step per reconcile."""
+"""The EtcdCluster planner (one quorum-safe step at a time) and the report it writes."""
 
 import importlib.util
 from pathlib import Path
@@ -11,31 +11,24 @@ _spec = importlib.util.spec_from_file_location(
 etcd_plan = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(etcd_plan)
 plan = etcd_plan.etcd_cluster_plan
+report = etcd_plan.etcd_cluster_report
 
 CLUSTER = "c"
 
 
-def peer(ordinal, state="New", member_id="", data_lost=False, deleting=False, initial=3):
-    conditions = [{"type": "DataLost", "status": "True"}] if data_lost else []
-    metadata = {"name": f"{CLUSTER}-{ordinal}"}
-    if deleting:
-        metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+def peer(ordinal, state="New", member_id="", pvc_uid="", deleting=False, initial=3, age=100.0):
+    """An EtcdPeer as etcd_cluster_observe summarizes it."""
     return {
-        "metadata": metadata,
-        "spec": {
-            "bootstrap": {
-                "initialClusterState": state,
-                "static": {
-                    "initialCluster": [
-                        {"name": f"{CLUSTER}-{i}", "host": f"{CLUSTER}-{i}.{CLUSTER}"}
-                        for i in range(initial)
-                    ]
-                }
-                if state == "New"
-                else {},
-            }
-        },
-        "status": {"memberID": member_id, "conditions": conditions},
+        "name": f"{CLUSTER}-{ordinal}",
+        "uid": f"peer-{ordinal}",
+        "deleting": deleting,
+        "age": age,
+        "state": state,
+        "initial_cluster": [f"{CLUSTER}-{i}" for i in range(initial)] if state == "New" else [],
+        "member_id": member_id,
+        "pvc_uid": pvc_uid,
+        "version": "3.6.16",
+        "status": {},
     }
 
 
@@ -48,38 +41,65 @@ def member(ordinal, learner=False, healthy=True, started=True, leader=False):
         "is_learner": learner,
         "healthy": healthy and started,
         "is_leader": leader,
+        "version": "3.6.16" if started and healthy else None,
     }
 
 
-def info(members, reachable=True):
+def etcd(members, reachable=True, cluster_version="3.6.0"):
     voters = [m for m in members if not m["is_learner"]]
     healthy = [m for m in voters if m["healthy"]]
     required = len(voters) // 2 + 1
     return {
         "reachable": reachable,
-        "healthy": reachable and len(healthy) >= required,
+        "healthy": reachable and len(healthy) >= required and any(m["is_leader"] for m in members),
         "members": members,
-        "quorum": {
-            "voting": len(voters),
-            "healthy_voting": len(healthy),
-            "required": required,
-            "tolerable_failures": len(healthy) - required,
-        },
+        "cluster_version": cluster_version,
+        "quorum": {"voting": len(voters), "healthy_voting": len(healthy), "required": required},
     }
 
 
-def observed(replicas, peers, members=None, reachable=True):
+def pod(ordinal, ready=True, restarts=0, problem=None, name=None):
+    return {
+        "name": name or f"{CLUSTER}-{ordinal}-abcde",
+        "ready": ready,
+        "deleting": False,
+        "restarts": restarts,
+        "problem": problem,
+    }
+
+
+def pvc(uid="", exists=True, deleting=False, problem=None):
+    return {"exists": exists, "uid": uid, "deleting": deleting, "problem": problem}
+
+
+def observed(replicas, peers, members=None, reachable=True, pods=None, pvcs=None, current=None):
+    names = [p["name"] for p in peers]
     return {
         "cluster": CLUSTER,
         "replicas": replicas,
         "peers": peers,
-        "info": info(members or [], reachable) if members is not None else {"reachable": False},
+        "pods": pods if pods is not None else {n: pod(int(n.rsplit("-", 1)[1])) for n in names},
+        "pvcs": pvcs if pvcs is not None else {p["name"]: pvc(p["pvc_uid"]) for p in peers},
+        "replicasets": {n: {"exists": True, "failure": ""} for n in names},
+        "etcd": etcd(members, reachable) if members is not None else {"reachable": False},
+        "current": current or {},
     }
+
+
+def healthy(n, leader=0):
+    return [member(i, leader=i == leader) for i in range(n)]
+
+
+def started(n):
+    return [peer(i, member_id=str(i), pvc_uid=f"uid-{i}") for i in range(n)]
+
+
+# -- plan ---------------------------------------------------------------------------------------
 
 
 def test_new_cluster_bootstraps_every_initial_member():
     step = plan(observed(3, []))
-    assert step["action"] == "bootstrap"
+    assert (step["action"], step["requeue"]) == ("bootstrap", "event")
     assert step["peers_to_create"] == ["c-0", "c-1", "c-2"]
 
 
@@ -92,90 +112,100 @@ def test_interrupted_bootstrap_creates_only_the_missing_peers_of_the_same_initia
 
 def test_bootstrap_waits_for_quorum_once_all_peers_exist():
     step = plan(observed(3, [peer(i) for i in range(3)]))
-    assert step["action"] == "wait"
-    assert step["reason"] == "Bootstrapping"
+    assert (step["action"], step["reason"], step["requeue"]) == ("wait", "Bootstrapping", "event")
 
 
 def test_unreachable_existing_cluster_is_never_rebootstrapped():
     peers = [peer(0, member_id="a"), peer(1, "Existing", member_id="b")]
     step = plan(observed(3, peers))
-    assert step == {**step, "action": "wait", "reason": "ClusterUnreachable"}
+    assert (step["action"], step["reason"]) == ("wait", "ClusterUnreachable")
 
 
 def test_healthy_cluster_at_size_needs_nothing():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
-    step = plan(observed(3, peers, [member(i) for i in range(3)]))
-    assert step["action"] == "none"
+    step = plan(observed(3, started(3), healthy(3)))
+    assert (step["action"], step["requeue"]) == ("none", "steady")
 
 
 def test_scale_up_adds_the_lowest_free_ordinal_as_learner():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
-    step = plan(observed(5, peers, [member(i) for i in range(3)]))
-    assert (step["action"], step["peer"]) == ("add_member", "c-3")
+    step = plan(observed(5, started(3), healthy(3)))
+    assert (step["action"], step["peer"], step["requeue"]) == ("add_member", "c-3", "next")
 
 
 def test_learner_without_peer_gets_its_peer_created_first():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
-    members = [member(i) for i in range(3)] + [member(3, learner=True, started=False)]
-    step = plan(observed(5, peers, members))
+    members = healthy(3) + [member(3, learner=True, started=False)]
+    step = plan(observed(5, started(3), members))
     assert (step["action"], step["peer"]) == ("create_peer", "c-3")
 
 
-def test_unstarted_learner_is_waited_for():
-    peers = [peer(i, member_id=str(i)) for i in range(3)] + [peer(3, "Existing")]
-    members = [member(i) for i in range(3)] + [member(3, learner=True, started=False)]
-    assert plan(observed(5, peers, members))["reason"] == "LearnerStarting"
+def test_unstarted_learner_is_waited_for_until_its_pod_is_ready():
+    peers = started(3) + [peer(3, "Existing")]
+    members = healthy(3) + [member(3, learner=True, started=False)]
+    step = plan(observed(5, peers, members))
+    assert (step["reason"], step["requeue"]) == ("LearnerStarting", "event")
 
 
 def test_started_learner_is_promoted_before_the_next_member_is_added():
-    peers = [peer(i, member_id=str(i)) for i in range(4)]
-    members = [member(i) for i in range(3)] + [member(3, learner=True)]
-    step = plan(observed(5, peers, members))
+    members = healthy(3) + [member(3, learner=True)]
+    step = plan(observed(5, started(4), members))
     assert (step["action"], step["peer"]) == ("promote", "c-3")
 
 
 def test_scale_down_removes_the_highest_ordinal():
-    peers = [peer(i, member_id=str(i)) for i in range(5)]
-    step = plan(observed(3, peers, [member(i) for i in range(5)]))
+    step = plan(observed(3, started(5), healthy(5)))
     assert (step["action"], step["peer"]) == ("remove_member", "c-4")
 
 
 def test_unhealthy_member_blocks_scaling():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
-    members = [member(0), member(1), member(2, healthy=False)]
-    step = plan(observed(5, peers, members))
-    assert (step["action"], step["reason"]) == ("wait", "MembersUnhealthy")
+    members = [member(0, leader=True), member(1), member(2, healthy=False)]
+    step = plan(observed(5, started(3), members))
+    assert (step["action"], step["reason"], step["requeue"]) == (
+        "wait",
+        "MembersUnhealthy",
+        "degraded",
+    )
     assert "c-2" in step["message"]
 
 
 def test_no_quorum_blocks_everything():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
-    members = [member(0), member(1, healthy=False), member(2, healthy=False)]
-    assert plan(observed(3, peers, members))["reason"] == "QuorumLost"
+    members = [member(0, leader=True), member(1, healthy=False), member(2, healthy=False)]
+    assert plan(observed(3, started(3), members))["reason"] == "QuorumLost"
 
 
-def test_lost_data_is_replaced_when_quorum_allows():
-    peers = [peer(0, member_id="0"), peer(1, member_id="1", data_lost=True), peer(2, member_id="2")]
-    members = [member(0), member(1, healthy=False), member(2)]
-    step = plan(observed(3, peers, members))
+@pytest.mark.parametrize(
+    "claim",
+    [pvc(exists=False), pvc(uid="another-claim"), pvc(uid="uid-1", deleting=True)],
+    ids=["gone", "replaced", "being-deleted"],
+)
+def test_lost_data_is_replaced_when_quorum_allows(claim):
+    observation = observed(3, started(3), healthy(3))
+    observation["pvcs"]["c-1"] = claim
+    step = plan(observation)
     assert (step["action"], step["peer"]) == ("replace_member", "c-1")
+    assert "data volume is gone" in step["message"]
+
+
+def test_a_claim_never_recorded_is_not_data_loss():
+    peers = started(3)
+    peers[1]["pvc_uid"] = ""
+    observation = observed(3, peers, healthy(3))
+    observation["pvcs"]["c-1"] = pvc(exists=False)
+    assert plan(observation)["action"] == "none"
 
 
 def test_lost_data_waits_when_removal_would_lose_quorum():
-    peers = [peer(0, member_id="0"), peer(1, member_id="1", data_lost=True), peer(2, member_id="2")]
-    members = [member(0), member(1, healthy=False), member(2, healthy=False)]
-    assert plan(observed(3, peers, members))["reason"] == "QuorumLost"
+    members = [member(0, leader=True), member(1, healthy=False), member(2, healthy=False)]
+    observation = observed(3, started(3), members)
+    observation["pvcs"]["c-1"] = pvc(exists=False)
+    assert plan(observation)["reason"] == "QuorumLost"
 
 
 def test_member_removed_behind_our_back_is_replaced():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
-    step = plan(observed(3, peers, [member(0), member(1)]))
+    step = plan(observed(3, started(3), healthy(2)))
     assert (step["action"], step["peer"]) == ("replace_member", "c-2")
 
 
 def test_interrupted_scale_down_finishes_by_deleting_the_removed_peer():
-    peers = [peer(i, member_id=str(i)) for i in range(4)]
-    step = plan(observed(3, peers, [member(i) for i in range(3)]))
+    step = plan(observed(3, started(4), healthy(3)))
     assert (step["action"], step["peer"]) == ("replace_member", "c-3")
 
 
@@ -186,19 +216,20 @@ def test_ordinal_of(name, ordinal):
     assert etcd_plan.ordinal_of(name) == ordinal
 
 
-def status_for(replicas, peers, members):
-    observation = observed(replicas, peers, members)
-    return etcd_plan.etcd_cluster_status(observation, plan(observation))
+# -- report -------------------------------------------------------------------------------------
+
+
+def report_for(observation):
+    return report(observation, plan(observation))
 
 
 def conditions_of(result):
     return {c["type"]: (c["status"], c["reason"]) for c in result["conditions"]}
 
 
-def test_status_of_a_healthy_cluster_is_available_and_lists_members_in_order():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
+def test_report_of_a_healthy_cluster_is_available_and_lists_members_with_their_pods():
     members = [member(2), member(0, leader=True), member(1)]
-    result = status_for(3, peers, members)
+    result = report_for(observed(3, started(3), members))
     assert conditions_of(result) == {
         "Available": ("True", "AllMembersHealthy"),
         "Progressing": ("False", "ClusterReady"),
@@ -206,24 +237,187 @@ def test_status_of_a_healthy_cluster_is_available_and_lists_members_in_order():
     }
     status = result["status"]
     assert [m["name"] for m in status["members"]] == ["c-0", "c-1", "c-2"]
+    assert status["members"][1] == {
+        "name": "c-1",
+        "id": f"{1:016x}",
+        "isLearner": False,
+        "isLeader": False,
+        "version": "3.6.16",
+        "healthy": True,
+        "pod": "c-1-abcde",
+        "podReady": True,
+        "restarts": 0,
+    }
     assert status["leader"] == "c-0" and status["readyReplicas"] == 3 and status["replicas"] == 3
     assert status["selector"] == "etcd.quorumkeeper.dev/cluster=c"
-    assert status["phase"] == "Available"
+    assert (status["phase"], status["clusterVersion"]) == ("Available", "3.6.0")
+    assert result["requeue"] == "steady" and result["events"] == []
 
 
-def test_status_of_a_cluster_with_an_unhealthy_member_is_degraded_and_not_available():
-    peers = [peer(i, member_id=str(i)) for i in range(3)]
+def test_report_of_a_cluster_with_an_unhealthy_member_is_degraded_and_not_available():
     members = [member(0, leader=True), member(1), member(2, healthy=False)]
-    result = status_for(5, peers, members)
+    result = report_for(observed(5, started(3), members))
     assert conditions_of(result)["Available"] == ("False", "MembersUnhealthy")
     assert conditions_of(result)["Degraded"] == ("True", "MembersUnhealthy")
     assert result["status"]["phase"] == "Degraded" and result["status"]["readyReplicas"] == 2
+    assert result["events"][0]["type"] == "Warning"
 
 
-def test_status_while_a_learner_catches_up_is_progressing():
-    peers = [peer(i, member_id=str(i)) for i in range(4)]
-    members = [member(0, leader=True), member(1), member(2), member(3, learner=True)]
-    result = status_for(5, peers, members)
+def test_a_member_whose_pod_is_not_ready_is_not_available_although_etcd_answers():
+    observation = observed(3, started(3), healthy(3))
+    observation["pods"]["c-2"] = pod(2, ready=False)
+    result = report_for(observation)
+    assert conditions_of(result)["Available"] == ("False", "MembersUnhealthy")
+    assert "c-2" in result["conditions"][0]["message"]
+    assert result["status"]["readyReplicas"] == 2
+    assert result["requeue"] == "event", "the pod becoming ready wakes the cluster up"
+
+
+def test_report_while_a_learner_catches_up_is_progressing():
+    members = healthy(3) + [member(3, learner=True)]
+    result = report_for(observed(5, started(4), members))
     assert conditions_of(result)["Available"][0] == "False"
     assert conditions_of(result)["Progressing"] == ("True", "PromotingLearner")
     assert result["status"]["phase"] == "Progressing"
+
+
+def test_pods_that_cannot_start_make_the_cluster_degraded_with_what_to_do():
+    problem = {"reason": "ImagePullFailed", "message": "pod c-0-x cannot pull image ...; check"}
+    pods = {f"c-{i}": pod(i, ready=False, problem=problem if i == 0 else None) for i in range(3)}
+    observation = observed(3, [peer(i) for i in range(3)], pods=pods)
+    result = report_for(observation)
+    assert conditions_of(result)["Degraded"] == ("True", "ImagePullFailed")
+    assert conditions_of(result)["Progressing"] == ("True", "Bootstrapping")
+    assert result["status"]["phase"] == "Degraded"
+    (event,) = result["events"]
+    assert (event["reason"], event["type"]) == ("ImagePullFailed", "Warning")
+    assert result["requeue"] == "degraded"
+
+
+def test_a_problem_already_reported_is_not_announced_again():
+    problem = {"reason": "ImagePullFailed", "message": "cannot pull"}
+    pods = {f"c-{i}": pod(i, ready=False, problem=problem) for i in range(1)}
+    observation = observed(1, [peer(0, initial=1)], pods=pods)
+    first = report_for(observation)
+    observation["current"] = {"conditions": first["conditions"]}
+    assert report_for(observation)["events"] == []
+
+
+def test_a_peer_without_pod_for_long_is_a_problem_naming_its_replicaset():
+    peers = [peer(i, age=45) for i in range(3)]
+    observation = observed(3, peers, pods={"c-0": pod(0), "c-1": None, "c-2": pod(2)})
+    observation["replicasets"]["c-1"] = {"exists": True, "failure": "pods are forbidden: quota"}
+    result = report_for(observation)
+    assert conditions_of(result)["Degraded"] == ("True", "MemberPodMissing")
+    assert "quota" in result["conditions"][2]["message"]
+    young = observed(3, [peer(i, age=5) for i in range(3)], pods={"c-0": None})
+    assert conditions_of(report_for(young))["Degraded"][0] == "False"
+
+
+def test_volume_problems_are_reported():
+    observation = observed(3, started(3), healthy(3))
+    observation["pvcs"]["c-0"] = pvc("uid-0", problem={"reason": "VolumeNotBound", "message": "x"})
+    assert conditions_of(report_for(observation))["Degraded"] == ("True", "VolumeNotBound")
+
+
+def test_restarts_and_replaced_pods_become_events():
+    current = {
+        "members": [
+            {"name": "c-0", "pod": "c-0-abcde", "restarts": 0},
+            {"name": "c-1", "pod": "c-1-old", "restarts": 4},
+            {"name": "c-2", "pod": "c-2-abcde", "restarts": 2},
+        ]
+    }
+    observation = observed(3, started(3), healthy(3), current=current)
+    observation["pods"]["c-0"] = pod(0, restarts=1)
+    result = report_for(observation)
+    reasons = {(e["reason"], e["message"].split()[3]) for e in result["events"]}
+    assert ("MemberRestarted", "c-0") in reasons
+    assert any(
+        e["reason"] == "MemberPodReplaced" and "c-1-old" in e["message"] for e in result["events"]
+    )
+    assert len(result["events"]) == 2, "c-2 did not restart"
+
+
+@pytest.mark.parametrize("placeholder", ["3.0.0", "not_decided", None])
+def test_undecided_cluster_version_keeps_the_known_one(placeholder):
+    observation = observed(3, started(3), healthy(3), current={"clusterVersion": "3.6.0"})
+    observation["etcd"]["cluster_version"] = placeholder
+    assert report_for(observation)["status"]["clusterVersion"] == "3.6.0"
+    assert report_for(observation)["requeue"] == "steady"
+    observation["current"] = {}
+    result = report_for(observation)
+    assert "clusterVersion" not in result["status"]
+    assert result["requeue"] == "event", "look again soon: etcd decides it without an event"
+
+
+def test_peer_statuses_are_written_only_when_they_change():
+    observation = observed(3, started(3), healthy(3))
+    statuses = report_for(observation)["peer_statuses"]
+    assert [s["name"] for s in statuses] == ["c-0", "c-1", "c-2"]
+    assert statuses[0]["status"] == {
+        "ready": True,
+        "podName": "c-0-abcde",
+        "memberID": f"{0:016x}",
+        "serverVersion": "3.6.16",
+    }
+    for p, s in zip(observation["peers"], statuses, strict=True):
+        p["status"] = {**s["status"], "conditions": s["conditions"]}
+    assert report_for(observation)["peer_statuses"] == []
+
+
+def test_a_peer_whose_claim_is_gone_reports_data_lost():
+    observation = observed(3, started(3), healthy(3))
+    observation["pvcs"]["c-1"] = pvc(exists=False)
+    by_name = {s["name"]: s for s in report_for(observation)["peer_statuses"]}
+    conditions = {c["type"]: c["status"] for c in by_name["c-1"]["conditions"]}
+    assert conditions == {"Ready": "False", "DataLost": "True"}
+
+
+def test_a_cluster_that_never_started_follows_a_corrected_version():
+    problem = {"reason": "ImagePullFailed", "message": "cannot pull"}
+    peers = [dict(peer(i), version="3.6.99", repository="quay.io/coreos/etcd") for i in range(3)]
+    pods = {f"c-{i}": pod(i, ready=False, problem=problem) for i in range(3)}
+    observation = observed(3, peers, pods=pods)
+    observation.update(version="3.6.16", repository="quay.io/coreos/etcd")
+    step = plan(observation)
+    assert (step["action"], step["peers_to_update"]) == ("update_peers", ["c-0", "c-1", "c-2"])
+    assert "quay.io/coreos/etcd:v3.6.16" in step["message"]
+
+
+def test_members_that_ran_are_never_moved_to_another_image_by_bootstrap():
+    problem = {"reason": "ImagePullFailed", "message": "cannot pull"}
+    peers = [dict(peer(i), version="3.6.99", repository="r") for i in range(3)]
+    peers[2]["member_id"] = "2"
+    pods = {f"c-{i}": pod(i, ready=False, problem=problem) for i in range(3)}
+    observation = observed(3, peers, pods=pods)
+    observation.update(version="3.6.16", repository="r")
+    assert plan(observation)["action"] == "wait"
+    peers[2]["member_id"] = ""
+    pods["c-2"] = pod(2, ready=False)
+    assert plan(observation)["action"] == "wait", "a pod that may have run blocks the move"
+
+
+def test_a_member_without_replicaset_gets_it_back_first_even_without_quorum():
+    members = [member(0, leader=True), member(1, healthy=False), member(2, healthy=False)]
+    observation = observed(3, started(3), members)
+    observation["replicasets"]["c-1"] = {"exists": False, "failure": ""}
+    observation["replicasets"]["c-2"] = {"exists": False, "failure": ""}
+    step = plan(observation)
+    assert (step["action"], step["members"]) == (
+        "repair_members",
+        [{"name": "c-1"}, {"name": "c-2"}],
+    )
+    assert step["observe_after"] is False and step["requeue"] == "event"
+
+
+def test_a_member_whose_data_is_lost_is_replaced_not_repaired():
+    observation = observed(3, started(3), healthy(3))
+    observation["replicasets"]["c-1"] = {"exists": False, "failure": ""}
+    observation["pvcs"]["c-1"] = pvc(exists=False)
+    assert plan(observation)["action"] == "replace_member"
+
+
+def test_steps_whose_result_shows_later_are_not_observed_right_after():
+    assert plan(observed(3, []))["observe_after"] is False
+    assert "observe_after" not in plan(observed(5, started(3), healthy(3)))

@@ -14,9 +14,9 @@ from etcd_filters import (
     etcd_image,
     etcd_initial_cluster,
     etcd_ordinal,
+    etcd_peer_spec,
     etcd_peer_url,
     etcd_version_compare,
-    gomaxprocs,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -53,30 +53,44 @@ def test_image():
         etcd_image("")
 
 
+NAMING = {"cluster": "e", "namespace": "ns", "domain": "cluster.local", "repository": "r/etcd"}
+
+
+def test_peer_spec_copies_what_the_pod_needs():
+    cluster_spec = {
+        "replicas": 3,
+        "version": "3.6.16",
+        "storage": {"volumeClaimTemplate": {"resources": {"requests": {"storage": "1Gi"}}}},
+        "podTemplate": {"resources": {"limits": {"cpu": "1"}}},
+        "paused": False,
+    }
+    spec = etcd_peer_spec("e-1", cluster_spec, "Existing", ["e-0", "e-1"], NAMING)
+    assert spec == {
+        "clusterName": "e",
+        "version": "3.6.16",
+        "repository": "r/etcd",
+        "bootstrap": {
+            "initialClusterState": "Existing",
+            "static": {
+                "initialCluster": [
+                    {"name": "e-0", "host": "e-0.e.ns.svc.cluster.local"},
+                    {"name": "e-1", "host": "e-1.e.ns.svc.cluster.local"},
+                ]
+            },
+        },
+        "storage": cluster_spec["storage"],
+        "podTemplate": cluster_spec["podTemplate"],
+    }
+    own = etcd_peer_spec("e-0", dict(cluster_spec, repository="mine/etcd"), "New", ["e-0"], NAMING)
+    assert own["repository"] == "mine/etcd", "the cluster's own repository wins"
+
+
 @pytest.mark.parametrize(
-    "q,n",
-    [
-        ("1500m", 1),
-        ("2", 2),
-        (2, 2),
-        ("500m", 1),
-        ("2.5", 2),
-        ("3999m", 3),
-        ("4000m", 4),
-        (0.1, 1),
-        (None, 1),
-        ("", 1),
-        ("1k", 1000),
-    ],
+    ("state", "members"), [("new", ["e-0"]), ("New", ["e-1"]), ("Existing", [])]
 )
-def test_gomaxprocs(q, n):
-    assert gomaxprocs(q) == n
-
-
-@pytest.mark.parametrize("bad", ["lots", "1.5Gi", "m", True])
-def test_gomaxprocs_rejects(bad):
+def test_peer_spec_rejects(state, members):
     with pytest.raises(AnsibleFilterError):
-        gomaxprocs(bad)
+        etcd_peer_spec("e-0", {"version": "3.6.16"}, state, members, NAMING)
 
 
 @pytest.mark.parametrize(
@@ -113,7 +127,7 @@ def test_filter_module_exports():
         "etcd_initial_cluster",
         "etcd_ordinal",
         "etcd_image",
-        "gomaxprocs",
+        "etcd_peer_spec",
         "etcd_version_compare",
     } <= names
 
@@ -122,7 +136,7 @@ def test_filters_through_ansible(tmp_path):
     """The plugin loads in Ansible via ANSIBLE_FILTER_PLUGINS and works in templates."""
     expr = (
         "{{ ['e-0','e-1'] | etcd_initial_cluster('e', 'ns') }}|{{ 'e-1' | etcd_ordinal }}|"
-        "{{ '1500m' | gomaxprocs }}|{{ '3.6.16' | etcd_image('quay.io/coreos/etcd') }}|"
+        "{{ '3.6.16' | etcd_image('quay.io/coreos/etcd') }}|"
         "{{ '3.5.35' | etcd_version_compare('3.6.0', '<') }}"
     )
     env = dict(
@@ -146,5 +160,5 @@ def test_filters_through_ansible(tmp_path):
     result = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
     assert result["msg"] == (
         "e-0=http://e-0.e.ns.svc.cluster.local:2380,e-1=http://e-1.e.ns.svc.cluster.local:2380"
-        "|1|1|quay.io/coreos/etcd:v3.6.16|True"
+        "|1|quay.io/coreos/etcd:v3.6.16|True"
     ), out.stderr

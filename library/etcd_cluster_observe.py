@@ -1,0 +1,277 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_cluster_observe
+short_description: Observe an EtcdCluster in one call - its peers, pods, volumes, Services and etcd
+description:
+  - Everything the etcdcluster role decides from, in one process: the cluster's EtcdPeers, the
+    pod and PersistentVolumeClaim of each, whether its Services exist, and etcd's own member
+    list with per-member health, leader and quorum.
+  - Reads go through ansible-operator's proxy (its informer cache) where a watch is wanted: a
+    single-object read of a claim or of the client Service's Endpoints carrying the
+    C(operator-sdk/primary-resource) annotations makes ansible-operator watch that kind, so a
+    deleted claim or a member's pod becoming (un)ready triggers the next reconcile. Pods and
+    ReplicaSets are listed from the API server itself: fresh, and no cluster-wide pod cache.
+  - A claim that looks gone in the cache is read again from the API server before it is
+    reported gone: data loss is never decided on a stale read.
+  - Never changes anything.
+options:
+  name:
+    description: Name of the EtcdCluster.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the EtcdCluster.
+    type: str
+    required: true
+  cluster_domain:
+    description: DNS domain of the cluster (members are C(<peer>.<name>.<namespace>.svc.<domain>)).
+    type: str
+    default: cluster.local
+  client_port:
+    description: etcd client port.
+    type: int
+    default: 2379
+  timeout:
+    description: Per-call timeout of etcd calls, in seconds.
+    type: float
+    default: 5
+  api_version:
+    description: apiVersion of EtcdCluster and EtcdPeer.
+    type: str
+    default: etcd.quorumkeeper.dev/v1alpha1
+  kubeconfig:
+    description: A kubeconfig for every call (default, ansible-operator's proxy and the API server).
+    type: path
+  context:
+    description: kubeconfig context to use with I(kubeconfig).
+    type: str
+requirements: [etcd3aio, PyYAML]
+"""
+
+EXAMPLES = r"""
+- name: Observe the cluster
+  etcd_cluster_observe:
+    name: my-cluster
+    namespace: default
+  register: observed
+"""
+
+RETURN = r"""
+cluster:
+  description: Whether the EtcdCluster still exists (C(exists)) and is being deleted (C(deleting)).
+  type: dict
+  returned: always
+peers:
+  description: >-
+    EtcdPeers by ordinal: name, uid, deleting, age (seconds), state (New or Existing),
+    initial_cluster (names), member_id and pvc_uid (from their status), version, repository,
+    and status (the fields the etcdcluster role writes).
+  type: list
+  elements: dict
+  returned: always
+pods:
+  description: >-
+    By peer name, the member's current pod (name, phase, ready, deleting, restarts, node, ip,
+    created, last_exit, problem) or null.
+  type: dict
+  returned: always
+pvcs:
+  description: By peer name, the member's claim (exists, uid, phase, deleting, annotated, problem).
+  type: dict
+  returned: always
+replicasets:
+  description: By peer name, whether the member's ReplicaSet exists and its ReplicaFailure message.
+  type: dict
+  returned: always
+services:
+  description: Whether the headless (C(headless)) and client (C(client)) Services exist.
+  type: dict
+  returned: always
+endpoints:
+  description: Whether the client Service's Endpoints exist (C(exists)) and carry the annotations
+    that route their changes to this EtcdCluster (C(annotated)).
+  type: dict
+  returned: always
+etcd:
+  description: What etcd says, as etcd_cluster_info returns it (reachable, members, leader, quorum,
+    healthy, cluster_version, endpoint_errors).
+  type: dict
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.qk_etcd import (
+    ETCD3AIO_IMPORT_ERROR,
+    HAS_ETCD3AIO,
+    EtcdClient,
+    EtcdUnreachable,
+    quorum_summary,
+)
+from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
+from ansible.module_utils.qk_members import (
+    CLUSTER_GROUP_KIND,
+    CLUSTER_LABEL,
+    PEER_LABEL,
+    PRIMARY_RESOURCE_TYPE,
+    age_seconds,
+    summarize_pod,
+    summarize_pvc,
+    summarize_replicaset,
+)
+
+UNREACHABLE = {
+    "reachable": False,
+    "members": [],
+    "leader": None,
+    "cluster_version": None,
+    "quorum": quorum_summary(0, 0),
+    "healthy": False,
+    "endpoint_errors": {},
+}
+
+
+def ordinal(name):
+    tail = name.rsplit("-", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def peer_summary(peer):
+    spec, status = peer.get("spec") or {}, peer.get("status") or {}
+    created = peer["metadata"].get("creationTimestamp")
+    bootstrap = spec.get("bootstrap") or {}
+    return {
+        "name": peer["metadata"]["name"],
+        "uid": peer["metadata"].get("uid", ""),
+        "deleting": bool(peer["metadata"].get("deletionTimestamp")),
+        "age": round(age_seconds(created), 1) if created else 0.0,
+        "state": bootstrap.get("initialClusterState", "New"),
+        "initial_cluster": [
+            e["name"] for e in (bootstrap.get("static") or {}).get("initialCluster") or []
+        ],
+        "member_id": status.get("memberID") or "",
+        "pvc_uid": status.get("pvcUID") or "",
+        "version": spec.get("version", ""),
+        "repository": spec.get("repository", ""),
+        "status": {
+            k: status[k]
+            for k in ("ready", "podName", "memberID", "serverVersion", "conditions")
+            if k in status
+        },
+    }
+
+
+def _pod_rank(summary):
+    return (not summary["deleting"], summary["created"])
+
+
+def observe_kubernetes(p, cached, direct):
+    name, namespace = p["name"], p["namespace"]
+    selector = f"{CLUSTER_LABEL}={name}"
+    # Fresh, not from the cache: a cluster deleted since the reconcile started gets no more work.
+    cluster = direct.get(p["api_version"], "EtcdCluster", name, namespace)
+    peers = sorted(
+        (
+            peer_summary(x)
+            for x in cached.list(p["api_version"], "EtcdPeer", namespace, label_selector=selector)
+        ),
+        key=lambda x: ordinal(x["name"]),
+    )
+    if peers:
+        # A single-object read through the proxy (re)establishes the watch on peers after an
+        # operator restart; a list does not.
+        cached.get(p["api_version"], "EtcdPeer", peers[0]["name"], namespace)
+    services = {
+        "headless": cached.get("v1", "Service", name, namespace) is not None,
+        "client": cached.get("v1", "Service", f"{name}-client", namespace) is not None,
+    }
+    endpoints = cached.get("v1", "Endpoints", f"{name}-client", namespace)
+    pvcs = {}
+    for peer in peers:
+        pvc = cached.get("v1", "PersistentVolumeClaim", peer["name"], namespace)
+        if peer["pvc_uid"] and (pvc is None or pvc["metadata"]["uid"] != peer["pvc_uid"]):
+            pvc = direct.get("v1", "PersistentVolumeClaim", peer["name"], namespace)
+        pvcs[peer["name"]] = summarize_pvc(pvc)
+    replicasets = {peer["name"]: summarize_replicaset(None) for peer in peers}
+    for replicaset in direct.list("apps/v1", "ReplicaSet", namespace, label_selector=selector):
+        peer_name = (replicaset["metadata"].get("labels") or {}).get(PEER_LABEL)
+        if peer_name in replicasets:
+            replicasets[peer_name] = summarize_replicaset(replicaset)
+    pods = {peer["name"]: None for peer in peers}
+    for pod in direct.list("v1", "Pod", namespace, label_selector=selector):
+        peer_name = (pod["metadata"].get("labels") or {}).get(PEER_LABEL)
+        if peer_name not in pods:
+            continue
+        summary = summarize_pod(pod)
+        current = pods[peer_name]
+        # A live pod wins over one that is terminating, the newest over older ones.
+        if current is None or _pod_rank(summary) > _pod_rank(current):
+            pods[peer_name] = summary
+    return {
+        "cluster": {
+            "exists": cluster is not None,
+            "deleting": bool(cluster and cluster["metadata"].get("deletionTimestamp")),
+        },
+        "peers": peers,
+        "pods": pods,
+        "pvcs": pvcs,
+        "replicasets": replicasets,
+        "services": services,
+        "endpoints": {
+            "exists": endpoints is not None,
+            "annotated": endpoints is not None
+            and (endpoints["metadata"].get("annotations") or {}).get(PRIMARY_RESOURCE_TYPE)
+            == CLUSTER_GROUP_KIND,
+        },
+    }
+
+
+def observe_etcd(p, peers):
+    if not peers:
+        return dict(UNREACHABLE)
+    domain = p["cluster_domain"]
+    live = [x for x in peers if not x["deleting"]] or peers
+    endpoints = [
+        f"http://{x['name']}.{p['name']}.{p['namespace']}.svc.{domain}:{p['client_port']}"
+        for x in live
+    ]
+    try:
+        with EtcdClient(endpoints, timeout=p["timeout"]) as client:
+            return client.cluster_info()
+    except EtcdUnreachable as exc:
+        return dict(UNREACHABLE, endpoint_errors=exc.errors)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "namespace": {"type": "str", "required": True},
+            "cluster_domain": {"type": "str", "default": "cluster.local"},
+            "client_port": {"type": "int", "default": 2379},
+            "timeout": {"type": "float", "default": 5},
+            "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_ETCD3AIO:
+        module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
+    p = module.params
+    try:
+        cached, direct = operator_clients(p)
+        observed = observe_kubernetes(p, cached, direct)
+    except (KubeConfigError, KubeError) as exc:
+        module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
+    observed["etcd"] = observe_etcd(p, observed["peers"])
+    module.exit_json(changed=False, **observed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,419 @@
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+"""A member's Kubernetes objects, and what its pod and volume say about it.
+
+Pure functions, unit tested: ``render_pvc`` / ``render_replicaset`` turn an EtcdPeer into the
+objects that run it, ``is_subset`` decides whether an existing object already says what we
+want, ``summarize_pod`` / ``summarize_pvc`` reduce a pod and a claim to what the planner and the
+status need (readiness, restarts, and problems a person has to act on).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+
+CLUSTER_LABEL = "etcd.quorumkeeper.dev/cluster"
+PEER_LABEL = "etcd.quorumkeeper.dev/peer"
+# ansible-operator maps changes of objects carrying these annotations to the named owner
+# (operator-lib's EnqueueRequestForAnnotation) without an ownerReference, so a PVC can wake its
+# EtcdCluster up when it is deleted and still never be garbage collected with it.
+PRIMARY_RESOURCE = "operator-sdk/primary-resource"
+PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
+CLUSTER_GROUP_KIND = "EtcdCluster.etcd.quorumkeeper.dev"
+
+DEFAULTS = {
+    "client_port": 2379,
+    "peer_port": 2380,
+    "data_dir": "/var/lib/etcd",
+    "termination_grace_seconds": 30,
+    "readiness_period_seconds": 1,
+    "default_repository": "quay.io/coreos/etcd",
+    "default_storage": {
+        "volumeClaimTemplate": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Gi"}},
+        }
+    },
+}
+
+# Container waiting reasons that will not clear by themselves: the user must change something.
+IMAGE_PROBLEMS = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+CONFIG_PROBLEMS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
+CRASH_PROBLEMS = {"CrashLoopBackOff"}
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def member_labels(cluster, peer):
+    return {
+        "app.kubernetes.io/name": "etcd",
+        "app.kubernetes.io/instance": cluster,
+        "app.kubernetes.io/managed-by": "quorumkeeper",
+        CLUSTER_LABEL: cluster,
+        PEER_LABEL: peer,
+    }
+
+
+def cluster_annotations(cluster, namespace):
+    """The annotations that make ansible-operator reconcile the EtcdCluster on changes."""
+    return {PRIMARY_RESOURCE: f"{namespace}/{cluster}", PRIMARY_RESOURCE_TYPE: CLUSTER_GROUP_KIND}
+
+
+_QUANTITY = re.compile(r"^([+]?[0-9.]+)([a-zA-Z]*)$")
+_CPU_SUFFIX = {"": Decimal(1), "m": Decimal("0.001"), "k": Decimal(1000), "M": Decimal(10**6)}
+
+
+def cpu_quantity(value):
+    """A Kubernetes CPU quantity (``1500m``, ``2``, ``0.5``) as a Decimal number of cores."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid CPU quantity {value!r}")
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in _CPU_SUFFIX:
+        raise ValueError(f"invalid CPU quantity {value!r} (expected e.g. 500m, 2, 1.5)")
+    try:
+        return Decimal(match.group(1)) * _CPU_SUFFIX[match.group(2)]
+    except InvalidOperation as exc:
+        raise ValueError(f"invalid CPU quantity {value!r}") from exc
+
+
+def gomaxprocs(cpu_limit):
+    """GOMAXPROCS for a CPU limit: the whole cores, at least 1; None without a limit."""
+    if cpu_limit is None or (isinstance(cpu_limit, str) and not cpu_limit.strip()):
+        return None
+    return max(1, math.floor(cpu_quantity(cpu_limit)))
+
+
+def etcd_image(version, repository):
+    version = str(version).strip()
+    return f"{repository}:v{version[1:] if version.startswith('v') else version}"
+
+
+def self_host(peer_name, spec):
+    """The member's DNS name, as the static initial cluster of its bootstrap spells it."""
+    for entry in spec.get("bootstrap", {}).get("static", {}).get("initialCluster") or []:
+        if entry.get("name") == peer_name:
+            return entry["host"]
+    raise ValueError(f"EtcdPeer {peer_name}: its bootstrap initialCluster does not name it")
+
+
+INTEGER_SETTINGS = (
+    "client_port",
+    "peer_port",
+    "termination_grace_seconds",
+    "readiness_period_seconds",
+)
+
+
+def member_settings(settings=None):
+    """DEFAULTS overridden by ``settings`` (numbers may arrive as strings from templates)."""
+    merged = {**DEFAULTS, **{k: v for k, v in (settings or {}).items() if v not in (None, "")}}
+    for key in INTEGER_SETTINGS:
+        merged[key] = int(merged[key])
+    return merged
+
+
+def render_pvc(peer_name, namespace, spec, settings=None):
+    """The member's data volume: no owner (the data outlives the cluster), annotated so that
+    its deletion wakes the EtcdCluster up."""
+    settings = member_settings(settings)
+    storage = spec.get("storage") or settings["default_storage"]
+    cluster = spec["clusterName"]
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": peer_name,
+            "namespace": namespace,
+            "labels": member_labels(cluster, peer_name),
+            "annotations": cluster_annotations(cluster, namespace),
+        },
+        "spec": copy.deepcopy(storage["volumeClaimTemplate"]),
+    }
+
+
+def render_replicaset(peer_name, namespace, spec, settings=None):
+    """A ReplicaSet of one pod running the member.
+
+    A ReplicaSet per member (not one StatefulSet) restarts the pod wherever it can run while the
+    member keeps its name, DNS entry and volume, and lets the operator add, replace and upgrade
+    members one at a time. Readiness probe only: etcd exits by itself on unrecoverable errors,
+    and a liveness probe would restart members during elections and latency spikes.
+    """
+    settings = member_settings(settings)
+    cluster = spec["clusterName"]
+    host = self_host(peer_name, spec)
+    client_port, peer_port = settings["client_port"], settings["peer_port"]
+    state = spec["bootstrap"].get("initialClusterState", "New").lower()
+    initial = ",".join(
+        f"{e['name']}=http://{e['host']}:{peer_port}"
+        for e in spec["bootstrap"]["static"]["initialCluster"]
+    )
+    template = spec.get("podTemplate") or {}
+    container = {
+        "name": "etcd",
+        "image": etcd_image(
+            spec["version"], spec.get("repository") or settings["default_repository"]
+        ),
+        "command": ["/usr/local/bin/etcd"],
+        "args": [
+            f"--name={peer_name}",
+            f"--data-dir={settings['data_dir']}/data",
+            f"--listen-peer-urls=http://0.0.0.0:{peer_port}",
+            f"--listen-client-urls=http://0.0.0.0:{client_port}",
+            f"--advertise-client-urls=http://{host}:{client_port}",
+            f"--initial-advertise-peer-urls=http://{host}:{peer_port}",
+            f"--initial-cluster={initial}",
+            f"--initial-cluster-state={state}",
+            f"--initial-cluster-token={cluster}",
+        ],
+        "ports": [
+            {"name": "client", "containerPort": client_port},
+            {"name": "peer", "containerPort": peer_port},
+        ],
+        "readinessProbe": {
+            "tcpSocket": {"port": client_port},
+            "periodSeconds": settings["readiness_period_seconds"],
+            "failureThreshold": 3,
+        },
+        "volumeMounts": [{"name": "data", "mountPath": settings["data_dir"]}],
+    }
+    resources = template.get("resources") or {}
+    if resources:
+        container["resources"] = copy.deepcopy(resources)
+    procs = gomaxprocs((resources.get("limits") or {}).get("cpu"))
+    if procs is not None:
+        # The Go runtime would otherwise size itself to the node's cores, not the CPU limit.
+        container["env"] = [{"name": "GOMAXPROCS", "value": str(procs)}]
+    pod_spec = {
+        "hostname": peer_name,
+        "subdomain": cluster,
+        "terminationGracePeriodSeconds": settings["termination_grace_seconds"],
+        "containers": [container],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": peer_name}}],
+    }
+    for key in ("affinity", "tolerations", "nodeSelector"):
+        if template.get(key):
+            pod_spec[key] = copy.deepcopy(template[key])
+    labels = member_labels(cluster, peer_name)
+    pod_metadata = {"labels": labels}
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    if annotations:
+        pod_metadata["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": peer_name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {PEER_LABEL: peer_name}},
+            "template": {"metadata": pod_metadata, "spec": pod_spec},
+        },
+    }
+
+
+def owner_reference(obj, controller=True):
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
+
+
+def is_subset(wanted, actual):
+    """Whether ``actual`` already says everything ``wanted`` says (API server defaults and
+    fields set by others are ignored; lists must match element by element)."""
+    if isinstance(wanted, dict):
+        return isinstance(actual, dict) and all(
+            k in actual and is_subset(v, actual[k]) for k, v in wanted.items()
+        )
+    if isinstance(wanted, list):
+        return (
+            isinstance(actual, list)
+            and len(wanted) == len(actual)
+            and all(is_subset(w, a) for w, a in zip(wanted, actual, strict=True))
+        )
+    if isinstance(wanted, (int, float)) and isinstance(actual, str):
+        return str(wanted) == actual
+    return wanted == actual
+
+
+# --------------------------------------------------------------------------------------------
+# Observation
+# --------------------------------------------------------------------------------------------
+
+
+def _age_seconds(timestamp, now=None):
+    if not timestamp:
+        return 0.0
+    then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    return max(0.0, ((now or datetime.now(UTC)) - then).total_seconds())
+
+
+def summarize_pod(pod):
+    """What the operator needs of a member's pod, and the problem it shows, if any.
+
+    ``problem`` is None or ``{reason, message}``: a condition that will not clear by itself
+    (image cannot be pulled, container crash-looping or misconfigured, pod unschedulable).
+    """
+    meta, status = pod.get("metadata", {}), pod.get("status", {})
+    containers = status.get("containerStatuses") or []
+    etcd = next(
+        (c for c in containers if c.get("name") == "etcd"), containers[0] if containers else {}
+    )
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    ready = (conditions.get("Ready") or {}).get("status") == "True"
+    state = etcd.get("state") or {}
+    waiting = state.get("waiting") or {}
+    last = (etcd.get("lastState") or {}).get("terminated") or {}
+    summary = {
+        "name": meta.get("name", ""),
+        "phase": status.get("phase", "Pending"),
+        "ready": ready and not meta.get("deletionTimestamp"),
+        "deleting": bool(meta.get("deletionTimestamp")),
+        "restarts": int(etcd.get("restartCount") or 0),
+        "node": pod.get("spec", {}).get("nodeName", ""),
+        "ip": status.get("podIP", ""),
+        "created": meta.get("creationTimestamp", ""),
+        "last_exit": (
+            {"reason": last.get("reason", ""), "exit_code": last.get("exitCode")} if last else None
+        ),
+        "problem": None,
+    }
+    name = summary["name"]
+    reason, message = waiting.get("reason", ""), (waiting.get("message") or "").strip()
+    scheduled = conditions.get("PodScheduled") or {}
+    if reason in IMAGE_PROBLEMS:
+        image = (pod.get("spec", {}).get("containers") or [{}])[0].get("image", "")
+        summary["problem"] = {
+            "reason": "ImagePullFailed",
+            "message": f"pod {name} cannot pull image {image} "
+            f"({reason}: {message or 'no detail'}); "
+            "check spec.version and spec.repository of the EtcdCluster",
+        }
+    elif reason in CRASH_PROBLEMS:
+        exit_detail = f", last exit code {last.get('exitCode')}" if last else ""
+        summary["problem"] = {
+            "reason": "MemberCrashLooping",
+            "message": f"pod {name}: etcd keeps exiting ({summary['restarts']} restarts"
+            f"{exit_detail}); see kubectl logs {name} --previous",
+        }
+    elif reason in CONFIG_PROBLEMS:
+        summary["problem"] = {
+            "reason": "MemberPodFailing",
+            "message": f"pod {name} cannot start etcd ({reason}: {message or 'no detail'})",
+        }
+    elif scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable":
+        summary["problem"] = {
+            "reason": "PodUnschedulable",
+            "message": f"pod {name} cannot be scheduled: {scheduled.get('message', '').strip()}; "
+            "check spec.podTemplate (resources, affinity, nodeSelector, tolerations)",
+        }
+    return summary
+
+
+def never_ran(pod):
+    """Whether no container of the pod has ever run (e.g. its image could not be pulled)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return all(
+        not (c.get("state") or {}).get("running")
+        and not (c.get("state") or {}).get("terminated")
+        and not (c.get("lastState") or {}).get("terminated")
+        and not c.get("restartCount")
+        for c in statuses
+    )
+
+
+PVC_PENDING_GRACE_SECONDS = 60
+
+
+def summarize_replicaset(replicaset):
+    """Whether a member's ReplicaSet exists, and why it cannot create the pod, if it says so."""
+    if replicaset is None:
+        return {"exists": False, "failure": ""}
+    failure = next(
+        (
+            c.get("message", "")
+            for c in (replicaset.get("status") or {}).get("conditions") or []
+            if c.get("type") == "ReplicaFailure" and c.get("status") == "True"
+        ),
+        "",
+    )
+    return {"exists": True, "failure": failure}
+
+
+def age_seconds(timestamp, now=None):
+    return _age_seconds(timestamp, now)
+
+
+def summarize_pvc(pvc, now=None):
+    """What the operator needs of a member's claim; a claim Pending for over a minute is a
+    problem (no StorageClass, no capacity)."""
+    if pvc is None:
+        return {"exists": False, "uid": "", "phase": "", "deleting": False, "problem": None}
+    meta, status = pvc.get("metadata", {}), pvc.get("status", {})
+    phase = status.get("phase", "Pending")
+    summary = {
+        "exists": True,
+        "uid": meta.get("uid", ""),
+        "phase": phase,
+        "deleting": bool(meta.get("deletionTimestamp")),
+        "annotated": (meta.get("annotations") or {}).get(PRIMARY_RESOURCE_TYPE)
+        == CLUSTER_GROUP_KIND,
+        "problem": None,
+    }
+    age = _age_seconds(meta.get("creationTimestamp"), now)
+    if phase == "Pending" and age >= PVC_PENDING_GRACE_SECONDS:
+        storage_class = pvc.get("spec", {}).get("storageClassName") or "the default StorageClass"
+        summary["problem"] = {
+            "reason": "VolumeNotBound",
+            "message": f"PVC {meta.get('name')} has been Pending for {int(age)}s (storage class "
+            f"{storage_class}); see kubectl describe pvc {meta.get('name')}",
+        }
+    return summary
+
+
+def render_services(cluster, namespace, client_port=2379, peer_port=2380):
+    """The headless Service (stable member DNS names) and the client Service of a cluster.
+
+    The headless Service publishes not-ready addresses because members must find each other
+    before any of them is ready; the client Service balances clients over ready members.
+    """
+    labels = {k: v for k, v in member_labels(cluster, "").items() if k != PEER_LABEL}
+    selector = {CLUSTER_LABEL: cluster}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": cluster, "namespace": namespace, "labels": labels},
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": selector,
+                "ports": [
+                    {"name": "client", "port": client_port},
+                    {"name": "peer", "port": peer_port},
+                ],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": f"{cluster}-client", "namespace": namespace, "labels": labels},
+            "spec": {
+                "selector": selector,
+                "ports": [{"name": "client", "port": client_port, "targetPort": client_port}],
+            },
+        },
+    ]

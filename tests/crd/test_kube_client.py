@@ -1,0 +1,193 @@
+"""qk_kube, the small Kubernetes client of the modules, against a real kube-apiserver."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+import ansible.module_utils  # noqa: E402
+
+if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "plugins" / "module_utils"))
+
+from ansible.module_utils.qk_kube import (  # noqa: E402
+    KubeClient,
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+
+API = "etcd.quorumkeeper.dev/v1alpha1"
+
+
+@pytest.fixture
+def client(kube_api):
+    return KubeClient.from_kubeconfig(str(kube_api.kubeconfig))
+
+
+def configmap(name, namespace, data=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data or {"a": "1"},
+    }
+
+
+def test_create_get_list_patch_delete(client, namespace):
+    created = client.create(configmap("one", namespace))
+    assert created["metadata"]["uid"]
+    assert client.get("v1", "ConfigMap", "one", namespace)["data"] == {"a": "1"}
+    assert client.get("v1", "ConfigMap", "missing", namespace) is None
+    client.create(configmap("two", namespace))
+    names = {c["metadata"]["name"] for c in client.list("v1", "ConfigMap", namespace)}
+    assert {"one", "two"} <= names
+    with pytest.raises(KubeError) as exists:
+        client.create(configmap("one", namespace))
+    assert exists.value.already_exists and exists.value.conflict
+    patched = client.patch("v1", "ConfigMap", "one", {"data": {"b": "2"}}, namespace)
+    assert patched["data"] == {"a": "1", "b": "2"}
+    assert client.delete("v1", "ConfigMap", "one", namespace) is True
+    assert client.delete("v1", "ConfigMap", "one", namespace) is False
+
+
+def test_label_selectors_and_preconditions(client, namespace):
+    labelled = configmap("l", namespace)
+    labelled["metadata"]["labels"] = {"etcd.quorumkeeper.dev/cluster": "c"}
+    client.create(labelled)
+    client.create(configmap("other", namespace))
+    found = client.list(
+        "v1", "ConfigMap", namespace, label_selector="etcd.quorumkeeper.dev/cluster=c"
+    )
+    assert [c["metadata"]["name"] for c in found] == ["l"]
+    with pytest.raises(KubeError) as wrong_uid:
+        client.delete("v1", "ConfigMap", "l", namespace, uid="not-its-uid")
+    assert wrong_uid.value.conflict, "a delete with someone else's UID must not happen"
+
+
+def test_custom_resources_and_their_status(client, namespace):
+    cluster = {
+        "apiVersion": API,
+        "kind": "EtcdCluster",
+        "metadata": {"name": "c", "namespace": namespace},
+        "spec": {"version": "3.6.16"},
+    }
+    stored = client.create(cluster)
+    stored["status"] = {"phase": "Available", "replicas": 3}
+    written = client.replace_status(stored)
+    assert written["status"] == {"phase": "Available", "replicas": 3}
+    client.patch(
+        API, "EtcdCluster", "c", {"status": {"leader": "c-0"}}, namespace, subresource="status"
+    )
+    assert client.get(API, "EtcdCluster", "c", namespace)["status"]["leader"] == "c-0"
+    # Kinds outside the built-in table are found through discovery.
+    assert client.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition") == (
+        "customresourcedefinitions",
+        False,
+    )
+    with pytest.raises(KubeError, match="does not serve"):
+        client.resource(API, "EtcdNothing")
+
+
+def test_errors_carry_the_api_servers_message(client, namespace):
+    bad = {
+        "apiVersion": API,
+        "kind": "EtcdCluster",
+        "metadata": {"name": "c", "namespace": namespace},
+        "spec": {"version": "v3.6.16"},
+    }
+    with pytest.raises(KubeError) as invalid:
+        client.create(bad)
+    assert invalid.value.status == 422 and "must not start with" in str(invalid.value)
+
+
+def test_an_unreachable_server_is_an_error_not_a_hang(tmp_path):
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "http://127.0.0.1:9"}}],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    client = KubeClient.from_kubeconfig(str(config), timeout=2)
+    with pytest.raises(KubeError) as unreachable:
+        client.get("v1", "ConfigMap", "x", "default")
+    assert unreachable.value.status == 0
+
+
+def write_config(tmp_path, cluster, user):
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    return str(path)
+
+
+def test_kubeconfig_of_the_operators_proxy(tmp_path):
+    """ansible-operator's proxy kubeconfig: plain http, the owner in the basic-auth user."""
+    owner = base64.urlsafe_b64encode(b'{"kind":"EtcdCluster"}').decode()
+    path = write_config(
+        tmp_path,
+        {"server": f"http://{owner}@localhost:8888", "insecure-skip-tls-verify": True},
+        {"username": owner, "password": "unused"},
+    )
+    client = KubeClient.from_kubeconfig(path)
+    assert (client.scheme, client.host, client.port) == ("http", "localhost", 8888)
+    assert base64.b64decode(client.basic).decode() == f"{owner}:unused"
+
+
+def test_kubeconfig_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(KubeConfigError, match="cannot read kubeconfig"):
+        KubeClient.from_kubeconfig(str(tmp_path / "nothing"))
+    exec_user = write_config(tmp_path, {"server": "https://k:6443"}, {"exec": {"command": "x"}})
+    with pytest.raises(KubeConfigError, match="exec and auth-provider"):
+        KubeClient.from_kubeconfig(exec_user)
+    with pytest.raises(KubeConfigError, match="invalid API server URL"):
+        KubeClient("ftp://k")
+
+
+def test_the_api_server_itself_is_never_reached_through_the_proxy(monkeypatch, tmp_path):
+    for name in ("QK_KUBECONFIG", "KUBERNETES_SERVICE_HOST", "K8S_AUTH_KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    proxy = tmp_path / "proxy"
+    proxy.write_text(
+        json.dumps(
+            {
+                "clusters": [
+                    {"name": "proxy-server", "cluster": {"server": "http://localhost:8888"}}
+                ],
+                "users": [{"name": "admin/proxy-server", "user": {"username": "x"}}],
+                "contexts": [
+                    {
+                        "name": "p",
+                        "context": {"cluster": "proxy-server", "user": "admin/proxy-server"},
+                    }
+                ],
+                "current-context": "p",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(proxy))
+    with pytest.raises(KubeConfigError, match="QK_KUBECONFIG"):
+        direct_client()
+    real = write_config(tmp_path, {"server": "https://k8s.example:6443"}, {"token": "t"})
+    monkeypatch.setenv("KUBECONFIG", real)
+    assert direct_client().host == "k8s.example"
+    monkeypatch.setenv("QK_KUBECONFIG", real)
+    monkeypatch.setenv("KUBECONFIG", str(proxy))
+    assert direct_client().host == "k8s.example"

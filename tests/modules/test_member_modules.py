@@ -1,0 +1,238 @@
+"""etcd_peer, etcd_cluster_services and etcd_cluster_observe against a real API server.
+
+The local cluster runs what they create (its node agents start the etcd pods); the modules get
+the admin kubeconfig, so every call goes to the API server itself. The pods' image is one the
+image map does not know, so they stay in ErrImagePull: these tests are about the Kubernetes
+objects, the etcd side of a member is covered by the etcd module tests and end to end.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from kubehelpers import ROOT, wait_until
+
+pytestmark = pytest.mark.cluster
+
+API = "etcd.quorumkeeper.dev/v1alpha1"
+MISSING_IMAGE_VERSION = "3.6.99"
+
+
+@pytest.fixture(scope="module")
+def no_operator(local_cluster):
+    """These tests are about the modules alone: a deployed operator (the e2e tests leave one)
+    would repair their objects before the module under test could."""
+    deployment = ["-n", "quorumkeeper-system", "deployment/quorumkeeper-controller-manager"]
+    running = local_cluster.run("get", *deployment, check=False).returncode == 0
+    if running:
+        local_cluster("scale", *deployment, "--replicas=0")
+        wait_until(
+            "the operator stopped",
+            lambda: (
+                not local_cluster.get(
+                    "pods",
+                    namespace="quorumkeeper-system",
+                    selector="control-plane=controller-manager",
+                )["items"]
+            ),
+            120,
+        )
+    yield
+    if running:
+        local_cluster("scale", *deployment, "--replicas=1")
+
+
+@pytest.fixture(scope="module")
+def crds(local_cluster, no_operator):
+    local_cluster("apply", "--server-side", "--force-conflicts", "-k", str(ROOT / "config" / "crd"))
+    wait_until(
+        "the EtcdPeer CRD served",
+        lambda: (
+            local_cluster.run("get", "etcdpeers.etcd.quorumkeeper.dev", check=False).returncode == 0
+        ),
+        60,
+    )
+    return local_cluster
+
+
+class NamespacedKube:
+    """kubectl bound to the test's namespace."""
+
+    def __init__(self, kube, namespace):
+        self.kube, self.namespace, self.kubeconfig = kube, namespace, kube.kubeconfig
+
+    def __call__(self, *args):
+        return self.kube(*args)
+
+    def run(self, *args, **kwargs):
+        return self.kube.run(*args, **kwargs)
+
+    def pods(self):
+        return self.kube.get("pods", namespace=self.namespace)["items"]
+
+
+@pytest.fixture
+def kube(crds, namespace):
+    return NamespacedKube(crds, namespace)
+
+
+def peer_spec(name, members=("m-0",), version=MISSING_IMAGE_VERSION):
+    return {
+        "clusterName": "m",
+        "version": version,
+        "repository": "quay.io/coreos/etcd",
+        "bootstrap": {
+            "initialClusterState": "New",
+            "static": {"initialCluster": [{"name": n, "host": f"{n}.m.ns.svc"} for n in members]},
+        },
+        "storage": {
+            "volumeClaimTemplate": {
+                "storageClassName": "local-path",
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "128Mi"}},
+            }
+        },
+    }
+
+
+def run_peer(run_module, kube, check=False, **args):
+    base = {"name": "m-0", "namespace": kube.namespace, "kubeconfig": str(kube.kubeconfig)}
+    return run_module("etcd_peer", {**base, **args}, check=check)
+
+
+def get(kube, kind, name):
+    result = kube.run("get", kind, name, "-n", kube.namespace, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def test_peer_is_created_with_an_unowned_annotated_claim_and_an_owned_replicaset(kube, run_module):
+    res = run_peer(run_module, kube, check=True, spec=peer_spec("m-0"))
+    assert not res["failed"] and res["changed"] and get(kube, "etcdpeer", "m-0") is None
+
+    res = run_peer(run_module, kube, spec=peer_spec("m-0"))
+    assert not res["failed"], res.get("msg")
+    assert res["created"] == ["EtcdPeer", "PersistentVolumeClaim", "ReplicaSet"]
+    peer = get(kube, "etcdpeer", "m-0")
+    assert peer["metadata"]["labels"]["etcd.quorumkeeper.dev/cluster"] == "m"
+    claim = get(kube, "pvc", "m-0")
+    assert not claim["metadata"].get("ownerReferences"), "the data must outlive the peer"
+    annotations = claim["metadata"]["annotations"]
+    assert annotations["operator-sdk/primary-resource"] == f"{kube.namespace}/m"
+    assert annotations["operator-sdk/primary-resource-type"] == "EtcdCluster.etcd.quorumkeeper.dev"
+    assert peer["status"]["pvcUID"] == claim["metadata"]["uid"]
+    (owner,) = get(kube, "replicaset", "m-0")["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("EtcdPeer", "m-0", True)
+
+    res = run_peer(run_module, kube, spec=peer_spec("m-0"))
+    assert not res["failed"] and res["changed"] is False, res
+
+
+def test_peer_repairs_its_replicaset_and_follows_its_spec(kube, run_module):
+    assert not run_peer(run_module, kube, spec=peer_spec("m-0"))["failed"]
+    kube("delete", "replicaset", "m-0", "-n", kube.namespace, "--wait=true")
+    res = run_peer(run_module, kube)
+    assert res["created"] == ["ReplicaSet"], res
+
+    patch = {"spec": {"version": "3.6.98"}}
+    kube("patch", "etcdpeer", "m-0", "-n", kube.namespace, "--type=merge", "-p", json.dumps(patch))
+    res = run_peer(run_module, kube)
+    assert res["patched"] == ["ReplicaSet"], res
+    image = get(kube, "replicaset", "m-0")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == "quay.io/coreos/etcd:v3.6.98"
+
+
+def test_a_lost_claim_is_reported_and_never_recreated(kube, run_module):
+    assert not run_peer(run_module, kube, spec=peer_spec("m-0"))["failed"]
+    kube("delete", "replicaset", "m-0", "-n", kube.namespace, "--wait=true")
+    wait_until("the member's pod gone", lambda: not kube.pods(), 60)
+    kube("delete", "pvc", "m-0", "-n", kube.namespace, "--wait=true")
+    res = run_peer(run_module, kube)
+    assert not res["failed"] and res["data_lost"] is True and res["changed"] is False
+    assert get(kube, "pvc", "m-0") is None and get(kube, "replicaset", "m-0") is None
+
+
+def test_peer_absent_deletes_pods_before_the_data(kube, run_module):
+    assert not run_peer(run_module, kube, spec=peer_spec("m-0"))["failed"]
+    wait_until("the member's pod", lambda: kube.pods(), 60)
+    res = run_peer(run_module, kube, state="absent", delete_data=True, check=True)
+    assert res["changed"] and get(kube, "pvc", "m-0") is not None
+    res = run_peer(run_module, kube, state="absent", delete_data=True)
+    assert not res["failed"], res.get("msg")
+    assert res["deleted"] == ["EtcdPeer", "ReplicaSet", "PersistentVolumeClaim"]
+    assert not kube.pods(), "pods are gone first"
+    wait_until("the claim deleted", lambda: get(kube, "pvc", "m-0") is None, 60)
+    res = run_peer(run_module, kube, state="absent", delete_data=True)
+    assert not res["failed"] and res["changed"] is False
+
+
+def test_a_deleted_peer_without_spec_is_left_alone(kube, run_module):
+    res = run_peer(run_module, kube, name="never-existed")
+    assert not res["failed"] and res["changed"] is False and res["gone"] is True
+
+
+def test_services_and_annotated_endpoints(kube, run_module):
+    args = {"name": "m", "namespace": kube.namespace, "kubeconfig": str(kube.kubeconfig)}
+    res = run_module("etcd_cluster_services", args)
+    assert not res["failed"], res.get("msg")
+    assert set(res["created"]) >= {"Service/m", "Service/m-client"}
+    assert get(kube, "service", "m")["spec"]["clusterIP"] == "None"
+
+    def annotated():
+        endpoints = get(kube, "endpoints", "m-client") or {"metadata": {}}
+        return (endpoints["metadata"].get("annotations") or {}).get(
+            "operator-sdk/primary-resource-type"
+        ) == "EtcdCluster.etcd.quorumkeeper.dev"
+
+    assert annotated()
+    res = run_module("etcd_cluster_services", args)
+    assert not res["failed"] and res["changed"] is False, res
+
+    kube(
+        "annotate",
+        "endpoints",
+        "m-client",
+        "-n",
+        kube.namespace,
+        "operator-sdk/primary-resource-type-",
+    )
+    res = run_module("etcd_cluster_services", args)
+    assert res["patched"] == ["Endpoints/m-client"] and annotated()
+
+
+def test_observe_reports_peers_pods_claims_and_an_unreachable_etcd(kube, run_module):
+    assert not run_peer(run_module, kube, spec=peer_spec("m-0", ("m-0", "m-1")))["failed"]
+    assert not run_peer(run_module, kube, name="m-1", spec=peer_spec("m-1", ("m-0", "m-1")))[
+        "failed"
+    ]
+    args = {
+        "name": "m",
+        "namespace": kube.namespace,
+        "kubeconfig": str(kube.kubeconfig),
+        "timeout": 1,
+    }
+
+    def observed_with_problems():
+        res = run_module("etcd_cluster_observe", args)
+        assert not res["failed"], res.get("msg")
+        pods = res["pods"]
+        return res if all(p and p["problem"] for p in pods.values()) else None
+
+    res = wait_until("both pods failing to pull their image", observed_with_problems, 90)
+    assert [p["name"] for p in res["peers"]] == ["m-0", "m-1"]
+    assert res["peers"][0]["state"] == "New" and res["peers"][0]["initial_cluster"] == [
+        "m-0",
+        "m-1",
+    ]
+    assert res["peers"][0]["pvc_uid"] == res["pvcs"]["m-0"]["uid"]
+    assert res["pods"]["m-1"]["problem"]["reason"] == "ImagePullFailed"
+    assert res["replicasets"]["m-0"]["exists"]
+    assert res["services"] == {"headless": False, "client": False}
+    assert res["etcd"]["reachable"] is False and res["changed"] is False
+
+
+def test_modules_fail_with_a_message_without_a_cluster(run_module, tmp_path):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\n")
+    res = run_module("etcd_peer", {"name": "x", "namespace": "y", "kubeconfig": str(bad)})
+    assert res["failed"] and "has no context" in res["msg"]
