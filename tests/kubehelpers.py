@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # one of their CRDs installed a bare "etcdcluster" may resolve to theirs.
 CLUSTERS = "etcdclusters.etcd.quorumkeeper.dev"
 PEERS = "etcdpeers.etcd.quorumkeeper.dev"
+BACKUPS = "etcdbackups.etcd.quorumkeeper.dev"
 CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
 STATE = Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper"))
 

@@ -568,6 +568,32 @@ class EtcdClient:
         value, _ = self._call_any(endpoints or self.endpoints, call, "Get")
         return value
 
+    def revision(self, endpoint):
+        """The store revision of one member, from the header of a read served by it."""
+
+        async def call():
+            resp = await self._kv(endpoint).get(b"\0", serializable=True, timeout=self.timeout)
+            return resp.header.revision
+
+        return self._run(call())
+
+    def snapshot(self, endpoint, timeout=None):
+        """The snapshot of one member's backend, as the chunks etcd streams.
+
+        A generator: the caller consumes the stream while it arrives, so the snapshot is never
+        held whole. ``timeout`` bounds the whole stream (None: no bound).
+        """
+        stream = self._maint(endpoint).snapshot(timeout=timeout, max_attempts=1)
+        try:
+            while True:
+                try:
+                    chunk = self._run(stream.__anext__())
+                except StopAsyncIteration:
+                    return
+                yield chunk
+        finally:
+            self._run(stream.aclose())
+
 
 # --------------------------------------------------------------------------------------------
 # Operations used by the etcd_member module

@@ -370,10 +370,11 @@ def test_sample_pod_fields_are_valid_pod_fields(kube_api, namespace):
 def test_watches():
     watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
     by = {w["kind"]: w for w in watches}
-    assert set(by) == {"EtcdCluster", "EtcdPeer"}
-    for kind, role, period in (
-        ("EtcdCluster", "etcdcluster", "5m"),
-        ("EtcdPeer", "etcdpeer", "10m"),
+    assert set(by) == {"EtcdCluster", "EtcdPeer", "EtcdBackup"}
+    for kind, role, period, dependents in (
+        ("EtcdCluster", "etcdcluster", "5m", True),
+        ("EtcdPeer", "etcdpeer", "10m", True),
+        ("EtcdBackup", "etcdbackup", "10m", False),
     ):
         w = by[kind]
         assert (w["group"], w["version"]) == (GROUP, "v1alpha1")
@@ -384,7 +385,7 @@ def test_watches():
         assert play["roles"] == [role] and set(play) == {"name", "hosts", "gather_facts", "roles"}
         assert w["reconcilePeriod"] == period
         assert w["manageStatus"] is False
-        assert w["watchDependentResources"] is True
+        assert w["watchDependentResources"] is dependents
         assert w["snakeCaseParameters"] is False, "snake-casing would mangle annotation keys"
     crd_kinds = {
         yaml.safe_load(p.read_text())["spec"]["names"]["kind"]

@@ -1,0 +1,120 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_backup_info
+short_description: Read an EtcdBackup and say what it asks for
+description:
+  - Reads the EtcdBackup from the API server and returns its phase, the endpoints to take the
+    snapshot from and the object URL (its template filled in, or the URL recorded by a run that
+    was interrupted).
+  - The role cannot read the object passed by ansible-operator for this, because Ansible would
+    evaluate the C({{ .UID }}) placeholders of spec.destination.objectURLTemplate as Jinja;
+    module results are never evaluated.
+  - Never changes anything.
+options:
+  name:
+    description: Name of the EtcdBackup.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the EtcdBackup.
+    type: str
+    required: true
+  cluster_domain:
+    description: The Kubernetes cluster's DNS domain.
+    type: str
+    default: cluster.local
+  client_port:
+    description: etcd client port of an EtcdCluster's client Service.
+    type: int
+    default: 2379
+requirements: [PyYAML]
+"""
+
+EXAMPLES = r"""
+- name: Read the EtcdBackup
+  etcd_backup_info:
+    name: nightly
+    namespace: default
+  register: backup
+"""
+
+RETURN = r"""
+exists:
+  description: Whether the EtcdBackup exists.
+  type: bool
+  returned: always
+phase:
+  description: Its status.phase (Pending when none yet).
+  type: str
+  returned: when it exists
+deleting:
+  description: Whether it is being deleted.
+  type: bool
+  returned: when it exists
+source:
+  description: C(EtcdCluster <name>) or the client URL, for messages.
+  type: str
+  returned: when it exists
+endpoints:
+  description: Client URLs to take the snapshot from.
+  type: list
+  elements: str
+  returned: when it exists
+cluster_name:
+  description: spec.source.clusterName, or null.
+  type: str
+  returned: when it exists
+member_selection:
+  description: C(follower) for an EtcdCluster, C(endpoint) for a client URL.
+  type: str
+  returned: when it exists
+object_url:
+  description: Where the snapshot goes.
+  type: str
+  returned: when it exists and I(error) is null
+credentials_secret:
+  description: spec.destination.credentialsSecret, or null.
+  type: str
+  returned: when it exists
+error:
+  description: What is wrong with the spec, or null.
+  type: str
+  returned: when it exists
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
+from ansible.module_utils.qk_snapshot import plan_backup
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "namespace": {"type": "str", "required": True},
+            "cluster_domain": {"type": "str", "default": "cluster.local"},
+            "client_port": {"type": "int", "default": 2379},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        backup = direct_client().get(
+            "etcd.quorumkeeper.dev/v1alpha1", "EtcdBackup", p["name"], p["namespace"]
+        )
+    except (KubeError, KubeConfigError) as exc:
+        module.fail_json(msg=f"cannot read EtcdBackup {p['namespace']}/{p['name']}: {exc}")
+    if backup is None:
+        module.exit_json(changed=False, exists=False)
+    plan = plan_backup(backup, p["cluster_domain"], p["client_port"])
+    module.exit_json(changed=False, exists=True, **plan)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,207 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_snapshot
+short_description: Stream a snapshot of an etcd member to S3, an S3-compatible store or GCS
+description:
+  - Takes a snapshot of one member's backend and uploads it while it streams: the snapshot is
+    never held whole in memory or written to disk.
+  - The member is chosen among the healthy voting members, a follower before the leader (the
+    snapshot costs the member disk reads and bandwidth), the one with the highest raft index
+    first; with I(member_selection=endpoint) the first endpoint is used as given.
+  - The SHA-256 of the bytes is computed on the way and stored as the object's C(sha256)
+    metadata. A failed upload leaves no object that looks complete (see qk_objectstore).
+  - Credentials come from a Secret (I(credentials_secret)), read by the module itself so that
+    they never pass through Ansible variables, or from I(credentials) (no_log).
+  - Always uploads (C(changed=true)); in check mode only chooses the member.
+options:
+  endpoints:
+    description: etcd client URLs of the cluster (or of the one member to snapshot).
+    type: list
+    elements: str
+    required: true
+  object_url:
+    description:
+      - Destination, C(s3://bucket/key), C(s3://bucket/key?endpoint=http://host:port&region=r)
+        or C(gs://bucket/key[?endpoint=http://host:port]).
+    type: str
+    required: true
+  cluster_name:
+    description:
+      - Name of the EtcdCluster in I(namespace) that I(endpoints) belong to; checked to exist
+        first, so that a wrong name is said as such rather than as an unreachable endpoint.
+    type: str
+  member_selection:
+    description:
+      - C(follower) (a healthy follower, else the leader) or C(endpoint) (the first endpoint).
+    type: str
+    choices: [follower, endpoint]
+    default: follower
+  credentials_secret:
+    description:
+      - Name of a Secret in I(namespace) with C(AWS_ACCESS_KEY_ID), C(AWS_SECRET_ACCESS_KEY)
+        (optionally C(AWS_SESSION_TOKEN), C(AWS_REGION)) for S3, or C(service-account.json) for GCS.
+      - Read straight from the API server with the operator's service account.
+    type: str
+  namespace:
+    description: Namespace of I(cluster_name) and I(credentials_secret).
+    type: str
+  credentials:
+    description:
+      - The same keys as the Secret, given directly.
+      - Mutually exclusive with I(credentials_secret).
+    type: dict
+  metadata:
+    description: Extra object metadata (string values), e.g. the cluster's name.
+    type: dict
+    default: {}
+  snapshot_timeout:
+    description: Seconds the whole snapshot and upload may take.
+    type: float
+    default: 600
+  timeout:
+    description: Per-call timeout in seconds for etcd's member list and status.
+    type: float
+    default: 5
+  ca_cert:
+    description: CA bundle to verify etcd's serving certificate (enables TLS).
+    type: path
+  client_cert:
+    description: Client certificate for mutual TLS.
+    type: path
+  client_key:
+    description: Key of I(client_cert).
+    type: path
+requirements: [etcd3aio, boto3, google-cloud-storage]
+"""
+
+EXAMPLES = r"""
+- name: Back up my-cluster to MinIO
+  etcd_snapshot:
+    endpoints: ["http://my-cluster-client.default.svc:2379"]
+    object_url: "s3://backups/my-cluster/snapshot.db?endpoint=http://minio.minio:9000&region=us-east-1"
+    credentials_secret: minio-credentials
+    namespace: default
+  register: snapshot
+"""
+
+RETURN = r"""
+object_url:
+  description: Where the snapshot was stored.
+  type: str
+  returned: always
+member:
+  description: C({name, id}) of the member the snapshot was taken from.
+  type: dict
+  returned: always
+endpoint:
+  description: The client URL the snapshot was streamed from.
+  type: str
+  returned: always
+revision:
+  description: The member's store revision when the snapshot began (the snapshot holds at least it).
+  type: int
+  returned: unless check mode
+etcd_version:
+  description: The member's etcd version.
+  type: str
+  returned: when known
+raft_index:
+  description: The member's raft index when it was chosen.
+  type: int
+  returned: when known
+size:
+  description: Bytes uploaded.
+  type: int
+  returned: unless check mode
+sha256:
+  description: SHA-256 (hex) of the bytes uploaded.
+  type: str
+  returned: unless check mode
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.qk_etcd import (
+    ETCD3AIO_IMPORT_ERROR,
+    HAS_ETCD3AIO,
+    EtcdUnreachable,
+    client_from_params,
+    describe_error,
+    etcd_argument_spec,
+)
+from ansible.module_utils.qk_objectstore import ObjectStoreError, parse_object_url, upload
+from ansible.module_utils.qk_snapshot import (
+    SnapshotSourceError,
+    check_cluster,
+    choose_source,
+    read_credentials,
+)
+
+
+def main():
+    spec = etcd_argument_spec()
+    spec.update(
+        object_url={"type": "str", "required": True},
+        cluster_name={"type": "str"},
+        member_selection={
+            "type": "str",
+            "choices": ["follower", "endpoint"],
+            "default": "follower",
+        },
+        credentials_secret={"type": "str", "no_log": False},
+        namespace={"type": "str"},
+        credentials={"type": "dict", "no_log": True},
+        metadata={"type": "dict", "default": {}},
+        snapshot_timeout={"type": "float", "default": 600.0},
+    )
+    module = AnsibleModule(
+        argument_spec=spec,
+        supports_check_mode=True,
+        mutually_exclusive=[("credentials_secret", "credentials")],
+        required_by={"credentials_secret": "namespace", "cluster_name": "namespace"},
+    )
+    if not HAS_ETCD3AIO:
+        module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
+    p = module.params
+    try:
+        location = parse_object_url(p["object_url"])
+        if p["cluster_name"]:
+            check_cluster(p["cluster_name"], p["namespace"])
+        credentials = read_credentials(p["credentials"], p["credentials_secret"], p["namespace"])
+    except (ObjectStoreError, SnapshotSourceError) as exc:
+        module.fail_json(msg=str(exc))
+
+    result = {"changed": True, "object_url": location.url}
+    try:
+        with client_from_params(p) as client:
+            source = choose_source(client, p["endpoints"], p["member_selection"])
+            result.update(source)
+            if module.check_mode:
+                module.exit_json(**result)
+            result["revision"] = client.revision(source["endpoint"])
+            started = time.monotonic()
+            chunks = client.snapshot(source["endpoint"], timeout=p["snapshot_timeout"])
+            metadata = {str(k): str(v) for k, v in p["metadata"].items()}
+            metadata["revision"] = str(result["revision"])
+            result.update(upload(location, chunks, credentials, metadata))
+            result["seconds"] = round(time.monotonic() - started, 3)
+    except EtcdUnreachable as exc:
+        module.fail_json(msg=f"cannot reach etcd to take a snapshot: {exc}", changed=False)
+    except (SnapshotSourceError, ObjectStoreError) as exc:
+        module.fail_json(msg=str(exc), changed=False)
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=f"invalid etcd connection options: {exc}", changed=False)
+    except Exception as exc:  # noqa: BLE001 - etcd's gRPC errors, said in words
+        module.fail_json(msg=f"snapshot failed: {describe_error(exc)}", changed=False)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
