@@ -18,6 +18,8 @@ Operator (medians over --runs, every sample in the result file):
 - burst: 10 clusters of 3 created at once -> all Available.
 - idle: 10 healthy clusters of 3: the operator's CPU (its process and all it ran) averaged over
   5 minutes, and its memory (process tree RSS, sampled every second).
+- backup: EtcdBackups of a cluster holding 8, then 96 MiB, to an S3 server (moto) -> Completed,
+  and the operator's memory meanwhile (the snapshot is streamed, so it must not grow with it).
 - profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
   process each), CPU seconds, wall time; read from ansible-runner's job events.
 
@@ -49,7 +51,7 @@ sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 
 import faults  # noqa: E402
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
-from kubehelpers import CACHE, STATE, Kube, wait_until  # noqa: E402
+from kubehelpers import BACKUPS, CACHE, STATE, Kube, wait_until  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
@@ -685,6 +687,116 @@ def bench_profile(kube: Kube, runs: int) -> None:
         )
 
 
+def bench_backup(kube: Kube, runs: int, sizes_mib: tuple = (8, 96)) -> None:
+    """EtcdBackups of a cluster holding 8, then 96 MiB of data, to an S3 server (moto on the
+    host, reached over the pod network): EtcdBackup created -> Completed, and the operator's
+    memory meanwhile, which must not grow with the snapshot (it is streamed, never held whole)."""
+    import base64
+    import logging
+    import socket
+
+    import boto3
+    import grpc.aio
+    from etcd3aio.kv import KVService
+    from localcluster import GATEWAY
+    from moto.server import ThreadedMotoServer
+
+    async def fill(endpoint: str, first: int, last: int) -> None:
+        value = os.urandom(96 * 1024)  # incompressible
+        async with grpc.aio.insecure_channel(endpoint.removeprefix("http://")) as channel:
+            kv = KVService(channel)
+            for i in range(first, last):
+                await kv.put(f"/bench/{i:06d}", value, timeout=10)
+
+    def backup_once(driver: EtcdClusterDriver, name: str, port: int) -> tuple[float, dict, float]:
+        backup = {
+            "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+            "kind": "EtcdBackup",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"clusterName": driver.name},
+                "destination": {
+                    "objectURLTemplate": f"s3://bench/{name}.db?endpoint=http://{GATEWAY}:{port}",
+                    "credentialsSecret": "s3",
+                },
+            },
+        }
+
+        def completed():
+            obj = kube.get(BACKUPS, name, driver.namespace)
+            phase = (obj.get("status") or {}).get("phase")
+            if phase == "Failed":
+                raise RuntimeError(f"backup failed: {obj['status']}")
+            return obj["status"] if phase == "Completed" else None
+
+        with Sampler(operator_pid()) as sampler:
+            started = time.monotonic()
+            kube.apply(backup, namespace=driver.namespace)
+            status = wait_until(f"backup {name} completed", completed, 300, interval=0.1)
+            seconds = time.monotonic() - started
+        return seconds, status, max(sampler.samples)
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    deploy_operator(kube)
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        port = sock.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
+    server.start()
+    keys = {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench"}
+    boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+    ).create_bucket(Bucket="bench")
+    driver = new_driver(kube)
+    results = {}
+    try:
+        driver.create(3)
+        driver.wait_available(3, timeout=300)
+        kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "s3"},
+                "data": {k: base64.b64encode(v.encode()).decode() for k, v in keys.items()},
+            },
+            namespace=driver.namespace,
+        )
+        baseline, stored = tree_rss_mib(operator_pid()), 0
+        for size in sizes_mib:
+            asyncio.run(fill(driver.client_endpoint(), stored, size * 1024 // 96))
+            stored = size * 1024 // 96
+            runs_of_size = [backup_once(driver, f"b{size}-{i}", port) for i in range(runs)]
+            seconds = [r[0] for r in runs_of_size]
+            results[f"{size}MiB"] = {
+                "seconds": [round(x, 3) for x in seconds],
+                "median_seconds": round(statistics.median(seconds), 3),
+                "snapshot_mib": round(runs_of_size[0][1]["size"] / 2**20, 1),
+                "operator_rss_mib_peak": [round(r[2], 1) for r in runs_of_size],
+                "median_rss_mib_peak": round(statistics.median(r[2] for r in runs_of_size), 1),
+            }
+            print(f"backup of {size} MiB: {results[f'{size}MiB']}")
+    finally:
+        drop_namespace(kube, driver.namespace)
+        server.stop()
+    write(
+        "operator_backup",
+        {
+            "name": "operator_backup",
+            "by_data_size": results,
+            "operator_rss_mib_idle": round(baseline, 1),
+            "goal": "streamed: the operator's peak memory does not grow with the snapshot",
+            "note": "peak = summed RSS of the operator pod's processes (ansible-playbook and the "
+            "etcd_snapshot module included) during the backup",
+            "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+        },
+    )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -696,6 +808,7 @@ BENCHMARKS = {
     "burst": bench_burst,
     "idle": bench_idle,
     "profile": bench_profile,
+    "backup": bench_backup,
 }
 
 
