@@ -120,7 +120,14 @@ def test_backup_of_a_cluster_is_streamed_checksummed_and_restorable(
     snapshot = json.loads(checked.stdout)
     assert snapshot["revision"] >= status["revision"] >= 21
     assert snapshot["totalKey"] >= 20
-    assert {"BackupStarted", "BackupCompleted"} <= {e["reason"] for e in kube.events(ns, "nightly")}
+    wait_until(
+        "BackupStarted and BackupCompleted Events",
+        lambda: (
+            {"BackupStarted", "BackupCompleted"}
+            <= {e["reason"] for e in kube.events(ns, "nightly")}
+        ),
+        30,
+    )
     assert all(v not in json.dumps(status) for v in KEYS.values()), "credentials in the status"
 
 
@@ -133,8 +140,13 @@ def test_backup_of_a_missing_cluster_fails_with_a_reason(etcd_cluster, s3, s3_po
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
     assert failed["status"] == "True" and failed["reason"] == "SnapshotFailed"
     assert "EtcdCluster" in failed["message"] and "does not exist" in failed["message"]
-    warnings = [e for e in kube.events(ns, "orphan") if e["reason"] == "BackupFailed"]
-    assert warnings and warnings[0]["type"] == "Warning"
+    # The Event follows the status write: wait for it rather than race it.
+    warnings = wait_until(
+        "a BackupFailed Event",
+        lambda: [e for e in kube.events(ns, "orphan") if e["reason"] == "BackupFailed"],
+        30,
+    )
+    assert warnings[0]["type"] == "Warning"
     assert "Contents" not in s3.list_objects_v2(Bucket=BUCKET)
 
 
