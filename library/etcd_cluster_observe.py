@@ -120,6 +120,9 @@ from ansible.module_utils.qk_members import (
     PEER_LABEL,
     PRIMARY_RESOURCE_TYPE,
     age_seconds,
+    client_service_name,
+    member_client_url,
+    read_member_claim,
     summarize_pod,
     summarize_pvc,
     summarize_replicaset,
@@ -188,14 +191,12 @@ def observe_kubernetes(p, cached, direct):
         cached.get(p["api_version"], "EtcdPeer", peers[0]["name"], namespace)
     services = {
         "headless": cached.get("v1", "Service", name, namespace) is not None,
-        "client": cached.get("v1", "Service", f"{name}-client", namespace) is not None,
+        "client": cached.get("v1", "Service", client_service_name(name), namespace) is not None,
     }
-    endpoints = cached.get("v1", "Endpoints", f"{name}-client", namespace)
+    endpoints = cached.get("v1", "Endpoints", client_service_name(name), namespace)
     pvcs = {}
     for peer in peers:
-        pvc = cached.get("v1", "PersistentVolumeClaim", peer["name"], namespace)
-        if peer["pvc_uid"] and (pvc is None or pvc["metadata"]["uid"] != peer["pvc_uid"]):
-            pvc = direct.get("v1", "PersistentVolumeClaim", peer["name"], namespace)
+        pvc = read_member_claim(cached, direct, peer["name"], namespace, peer["pvc_uid"])
         pvcs[peer["name"]] = summarize_pvc(pvc)
     replicasets = {peer["name"]: summarize_replicaset(None) for peer in peers}
     for replicaset in direct.list("apps/v1", "ReplicaSet", namespace, label_selector=selector):
@@ -234,10 +235,11 @@ def observe_kubernetes(p, cached, direct):
 def observe_etcd(p, peers):
     if not peers:
         return dict(UNREACHABLE)
-    domain = p["cluster_domain"]
     live = [x for x in peers if not x["deleting"]] or peers
     endpoints = [
-        f"http://{x['name']}.{p['name']}.{p['namespace']}.svc.{domain}:{p['client_port']}"
+        member_client_url(
+            x["name"], p["name"], p["namespace"], p["cluster_domain"], p["client_port"]
+        )
         for x in live
     ]
     try:

@@ -68,6 +68,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
 from ansible.module_utils.qk_members import (
     PRIMARY_RESOURCE_TYPE,
+    client_service_name,
     cluster_annotations,
     render_services,
 )
@@ -87,7 +88,7 @@ def ensure(module, cached, direct):
                     if not exc.already_exists:
                         raise
     annotations = cluster_annotations(p["name"], p["namespace"])
-    endpoints_name = f"{p['name']}-client"
+    endpoints_name = client_service_name(p["name"])
     endpoints = direct.get("v1", "Endpoints", endpoints_name, p["namespace"])
     if endpoints is None:
         result["created"].append(f"Endpoints/{endpoints_name}")

@@ -162,24 +162,17 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
 from ansible.module_utils.qk_members import (
     PEER_LABEL,
+    claim_lost,
     cluster_annotations,
     is_subset,
     member_labels,
     never_ran,
     owner_reference,
+    read_member_claim,
     render_pvc,
     render_replicaset,
     summarize_pvc,
 )
-
-
-def _lost(pvc, recorded_uid):
-    """The claim the member ran on is gone, replaced, or being deleted."""
-    return (
-        pvc is None
-        or pvc["metadata"]["uid"] != recorded_uid
-        or bool(pvc["metadata"].get("deletionTimestamp"))
-    )
 
 
 class Member:
@@ -241,11 +234,8 @@ class Member:
         self.result["uid"] = peer["metadata"].get("uid", "")
         recorded = (peer.get("status") or {}).get("pvcUID") or ""
 
-        pvc = self.cached.get("v1", "PersistentVolumeClaim", p["name"], p["namespace"])
-        if recorded and _lost(pvc, recorded):
-            # The cache may be a moment behind: confirm with the API server before saying so.
-            pvc = self.direct.get("v1", "PersistentVolumeClaim", p["name"], p["namespace"])
-        if recorded and _lost(pvc, recorded):
+        pvc = read_member_claim(self.cached, self.direct, p["name"], p["namespace"], recorded)
+        if recorded and claim_lost(pvc, recorded):
             self.result["data_lost"] = True
             self.result["pvc"] = summarize_pvc(pvc)
             return self.result

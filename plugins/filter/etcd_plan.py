@@ -123,6 +123,7 @@ def etcd_cluster_plan(observed: dict) -> dict:
                     f"started: moving them to {image}",
                     "event",
                     peers_to_update=mistaken,
+                    initial_cluster=_initial_cluster(live_peers, cluster, replicas),
                     observe_after=False,
                 )
             initial = _initial_cluster(live_peers, cluster, replicas)

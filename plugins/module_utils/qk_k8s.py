@@ -68,6 +68,15 @@ def _gone(params, what):
     raise OperationError(what)
 
 
+def _read(client, params, what):
+    """The object the task is about, fresh from the API server; None when it does not exist."""
+    p = params
+    try:
+        return client.get(p["api_version"], p["kind"], p["name"], p["namespace"])
+    except KubeError as exc:
+        raise OperationError(f"cannot read {what}: {exc}") from exc
+
+
 # ---------------------------------------------------------------------------------------------
 # Pure logic
 # ---------------------------------------------------------------------------------------------
@@ -180,10 +189,7 @@ def write_status(client, params, check_mode=False):
     p = params
     what = describe(p["kind"], p["name"], p["namespace"])
     for _attempt in range(MAX_CONFLICT_RETRIES):
-        try:
-            obj = client.get(p["api_version"], p["kind"], p["name"], p["namespace"])
-        except KubeError as exc:
-            raise OperationError(f"cannot read {what}: {exc}") from exc
+        obj = _read(client, p, what)
         if obj is None:
             return _gone(p, f"{what} not found")
         current = obj.get("status") or {}
@@ -203,7 +209,7 @@ def write_status(client, params, check_mode=False):
             if exc.conflict:
                 continue
             if exc.not_found:
-                if client.get(p["api_version"], p["kind"], p["name"], p["namespace"]) is None:
+                if _read(client, p, what) is None:
                     return _gone(p, f"{what} disappeared while its status was being written")
                 raise OperationError(
                     f"{p['kind']} ({p['api_version']}) has no status subresource; enable "
@@ -224,10 +230,7 @@ def record_event(client, params, check_mode=False):
     what = describe(p["kind"], p["name"], p["namespace"])
     uid, resource_version = p.get("uid"), None
     if not uid:
-        try:
-            obj = client.get(p["api_version"], p["kind"], p["name"], p["namespace"])
-        except KubeError as exc:
-            raise OperationError(f"cannot read {what}: {exc}") from exc
+        obj = _read(client, p, what)
         if obj is None:
             return _gone(p, f"cannot record an event about {what}: it does not exist")
         uid = obj["metadata"]["uid"]

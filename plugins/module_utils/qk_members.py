@@ -61,6 +61,20 @@ def member_labels(cluster, peer):
     }
 
 
+def client_service_name(cluster):
+    """The Service that balances clients over a cluster's ready members (and its Endpoints)."""
+    return f"{cluster}-client"
+
+
+def client_service_url(cluster, namespace, domain, port):
+    return f"http://{client_service_name(cluster)}.{namespace}.svc.{domain}:{port}"
+
+
+def member_client_url(peer, cluster, namespace, domain, port):
+    """A member's own client URL: its name under the cluster's headless Service."""
+    return f"http://{peer}.{cluster}.{namespace}.svc.{domain}:{port}"
+
+
 def cluster_annotations(cluster, namespace):
     """The annotations that make ansible-operator reconcile the EtcdCluster on changes."""
     return {PRIMARY_RESOURCE: f"{namespace}/{cluster}", PRIMARY_RESOURCE_TYPE: CLUSTER_GROUP_KIND}
@@ -254,7 +268,7 @@ def is_subset(wanted, actual):
 # --------------------------------------------------------------------------------------------
 
 
-def _age_seconds(timestamp, now=None):
+def age_seconds(timestamp, now=None):
     if not timestamp:
         return 0.0
     then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
@@ -338,6 +352,25 @@ def never_ran(pod):
 PVC_PENDING_GRACE_SECONDS = 60
 
 
+def claim_lost(pvc, recorded_uid):
+    """The claim a member ran on (``recorded_uid``) is gone, replaced, or being deleted."""
+    return (
+        pvc is None
+        or pvc["metadata"]["uid"] != recorded_uid
+        or bool(pvc["metadata"].get("deletionTimestamp"))
+    )
+
+
+def read_member_claim(cached, direct, name, namespace, recorded_uid):
+    """A member's claim from the operator's cache; one that looks lost there is read again from
+    the API server (the cache may be a moment behind), so data loss is never decided on a stale
+    read."""
+    pvc = cached.get("v1", "PersistentVolumeClaim", name, namespace)
+    if recorded_uid and claim_lost(pvc, recorded_uid):
+        pvc = direct.get("v1", "PersistentVolumeClaim", name, namespace)
+    return pvc
+
+
 def summarize_replicaset(replicaset):
     """Whether a member's ReplicaSet exists, and why it cannot create the pod, if it says so."""
     if replicaset is None:
@@ -351,10 +384,6 @@ def summarize_replicaset(replicaset):
         "",
     )
     return {"exists": True, "failure": failure}
-
-
-def age_seconds(timestamp, now=None):
-    return _age_seconds(timestamp, now)
 
 
 def summarize_pvc(pvc, now=None):
@@ -373,7 +402,7 @@ def summarize_pvc(pvc, now=None):
         == CLUSTER_GROUP_KIND,
         "problem": None,
     }
-    age = _age_seconds(meta.get("creationTimestamp"), now)
+    age = age_seconds(meta.get("creationTimestamp"), now)
     if phase == "Pending" and age >= PVC_PENDING_GRACE_SECONDS:
         storage_class = pvc.get("spec", {}).get("storageClassName") or "the default StorageClass"
         summary["problem"] = {
@@ -410,7 +439,11 @@ def render_services(cluster, namespace, client_port=2379, peer_port=2380):
         {
             "apiVersion": "v1",
             "kind": "Service",
-            "metadata": {"name": f"{cluster}-client", "namespace": namespace, "labels": labels},
+            "metadata": {
+                "name": client_service_name(cluster),
+                "namespace": namespace,
+                "labels": labels,
+            },
             "spec": {
                 "selector": selector,
                 "ports": [{"name": "client", "port": client_port, "targetPort": client_port}],

@@ -5,6 +5,15 @@
 from __future__ import annotations
 
 import base64
+import datetime
+
+from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
+from ansible.module_utils.qk_members import client_service_url
+from ansible.module_utils.qk_objectstore import (
+    ObjectStoreError,
+    parse_object_url,
+    render_object_url,
+)
 
 
 class SnapshotSourceError(Exception):
@@ -52,8 +61,6 @@ def choose_source(client, endpoints, selection="follower"):
 def _read_existing(api_version, kind, name, namespace, role, client=None):
     """The object from the API server itself; ``SnapshotSourceError`` naming ``role`` (what the
     object is for) when it cannot be read or does not exist."""
-    from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-
     try:
         obj = (client or direct_client()).get(api_version, kind, name, namespace)
     except (KubeError, KubeConfigError) as exc:
@@ -78,7 +85,7 @@ def check_cluster(name, namespace, client=None):
 
 
 def secret_data(secret):
-    """The decoded ``data`` (and ``stringData``-like plain values) of a Secret object."""
+    """The decoded ``data`` of a Secret object."""
     data = {}
     for key, value in (secret.get("data") or {}).items():
         try:
@@ -109,14 +116,6 @@ def plan_backup(backup, cluster_domain="cluster.local", client_port=2379, timest
     ``{{ .Timestamp }}`` does not make a second object; else the template filled in. ``error``
     says what is wrong with the spec (an unknown template field, a bad URL) instead of raising.
     """
-    import datetime
-
-    from ansible.module_utils.qk_objectstore import (
-        ObjectStoreError,
-        parse_object_url,
-        render_object_url,
-    )
-
     meta, spec = backup["metadata"], backup.get("spec") or {}
     status = backup.get("status") or {}
     source, destination = spec.get("source") or {}, spec.get("destination") or {}
@@ -130,10 +129,9 @@ def plan_backup(backup, cluster_domain="cluster.local", client_port=2379, timest
         "error": None,
     }
     if cluster:
-        host = f"{cluster}-client.{namespace}.svc.{cluster_domain}"
         plan.update(
             source=f"EtcdCluster {cluster}",
-            endpoints=[f"http://{host}:{client_port}"],
+            endpoints=[client_service_url(cluster, namespace, cluster_domain, client_port)],
             member_selection="follower",
         )
     else:

@@ -164,13 +164,19 @@ def test_the_operator_is_idle_when_nothing_changes(etcd_cluster):
         lambda: etcd_cluster.get()["status"].get("clusterVersion"),
         timeout=30,
     )
-    time.sleep(3)  # any reconcile already queued
 
     def resource_version():
         return etcd_cluster.get()["metadata"]["resourceVersion"]
 
+    def settled():
+        """No write for 3 s: reconciles queued by the creation have run."""
+        first = resource_version()
+        time.sleep(3)
+        return resource_version() == first
+
+    wait_until("the status to settle after the creation", settled, timeout=60)
     before = resource_version()
-    time.sleep(20)
+    time.sleep(20)  # the window in which nothing may happen
     assert resource_version() == before, "an idle cluster's status was rewritten"
 
 
