@@ -35,7 +35,7 @@ test: toolchain ## Lint, then every test suite (starts and stops the servers it 
 ##@ Local cluster
 
 .PHONY: toolchain
-toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, node agent, venv
+toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, node agent, venv
 	python3 hack/toolchain/install.py
 
 .PHONY: cluster-up
@@ -49,6 +49,10 @@ cluster-down: ## Stop the local cluster and remove everything it created
 .PHONY: cluster-status
 cluster-status: ## Show the local cluster's components and nodes
 	$(LOCALCLUSTER) status
+
+.PHONY: object-stores
+object-stores: cluster-up ## MinIO, moto (S3) and fake-gcs-server in the cluster, with a bucket each; prints their URLs
+	$(PYTHON) hack/cluster/object_stores.py up
 
 ##@ Operator SDK targets
 

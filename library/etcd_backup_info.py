@@ -86,11 +86,30 @@ error:
   description: What is wrong with the spec, or null.
   type: str
   returned: when it exists
+verify:
+  description: Whether spec.verify asks for a verification of the completed backup (default true).
+  type: bool
+  returned: when it exists
+verified:
+  description: Status of the Verified condition (C(True), C(False), C(Unknown)), null when none.
+  type: str
+  returned: when it exists
+verification_reason:
+  description: Reason of the Verified condition, null when none.
+  type: str
+  returned: when it exists
+verification_due:
+  description:
+    - Whether a verification should run now; Completed, verify asked for, and not verified yet
+      or last failed for a reason worth trying again (not an integrity failure).
+  type: bool
+  returned: when it exists
 """
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
 from ansible.module_utils.qk_snapshot import plan_backup
+from ansible.module_utils.qk_verify import verification_state
 
 
 def main():
@@ -113,6 +132,7 @@ def main():
     if backup is None:
         module.exit_json(changed=False, exists=False)
     plan = plan_backup(backup, p["cluster_domain"], p["client_port"])
+    plan.update(verification_state(backup))
     module.exit_json(changed=False, exists=True, **plan)
 
 

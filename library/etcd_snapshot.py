@@ -107,6 +107,12 @@ revision:
   description: The member's store revision when the snapshot began (the snapshot holds at least it).
   type: int
   returned: unless check mode
+keys:
+  description:
+    - How many keys the member held at I(revision); a restore of the snapshot must hold as many
+      at that revision (backup verification checks it).
+  type: int
+  returned: unless check mode
 etcd_version:
   description: The member's etcd version.
   type: str
@@ -185,7 +191,8 @@ def main():
             result.update(source)
             if module.check_mode:
                 module.exit_json(**result)
-            result["revision"] = client.revision(source["endpoint"])
+            # One read gives both, so that they describe the same point of the store.
+            result["keys"], result["revision"] = client.key_count(source["endpoint"])
             started = time.monotonic()
             chunks = client.snapshot(source["endpoint"], timeout=p["snapshot_timeout"])
             metadata = {str(k): str(v) for k, v in p["metadata"].items()}

@@ -259,7 +259,17 @@ def prepare_pki(layout: Layout, nodes: list[str]) -> dict[str, Path]:
     return paths
 
 
-def image_map(tools: dict, operator_root: Path) -> dict:
+# The real MinIO image's /usr/bin/docker-entrypoint.sh (minio/minio dockerscripts/) without its
+# deprecated user switch: arguments that do not start with `minio` are given to minio.
+MINIO_ENTRYPOINT = """#!/bin/sh
+if [ "${1}" != "minio" ] && [ -n "${1}" ]; then
+    set -- minio "$@"
+fi
+exec "$@"
+"""
+
+
+def image_map(tools: dict, operator_root: Path, minio_entrypoint: Path | None = None) -> dict:
     """Image references -> host directories, for the node agents (see docs/architecture.md)."""
     base_path = "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
     images = []
@@ -303,7 +313,50 @@ def image_map(tools: dict, operator_root: Path) -> dict:
             "workingDir": "/opt/ansible",
         }
     )
+    images += object_store_images(tools, base_path, minio_entrypoint)
     return {"images": images}
+
+
+def object_store_images(tools: dict, base_path: str, minio_entrypoint: Path | None) -> list:
+    """The object stores of `make object-stores`, laid out and started as their real images are."""
+    images = []
+    if tools.get("minio") and minio_entrypoint:
+        for reference in ("quay.io/minio/minio:*", "minio/minio:*", "docker.io/minio/minio:*"):
+            images.append(
+                {
+                    "image": reference,
+                    "binds": {
+                        "/usr/bin/minio": str(Path(tools["minio"]) / "minio"),
+                        "/usr/bin/docker-entrypoint.sh": str(minio_entrypoint),
+                    },
+                    "env": {"PATH": base_path, "MC_CONFIG_DIR": "/tmp/.mc"},
+                    "entrypoint": ["/usr/bin/docker-entrypoint.sh"],
+                    "cmd": ["minio"],
+                }
+            )
+    venv_bin = Path(tools["venv"]) / "bin"
+    for reference in ("motoserver/moto:*", "docker.io/motoserver/moto:*"):
+        images.append(
+            {
+                # The venv's moto_server script; its interpreter line names the venv's python,
+                # which the container sees because its root is an overlay of the host's.
+                "image": reference,
+                "binds": {"/usr/local/bin/moto_server": str(venv_bin / "moto_server")},
+                "env": {"PATH": base_path, "PYTHONUNBUFFERED": "1"},
+                "entrypoint": ["/usr/local/bin/moto_server", "-H", "0.0.0.0"],
+            }
+        )
+    if tools.get("fake_gcs_server"):
+        for reference in ("fsouza/fake-gcs-server:*", "docker.io/fsouza/fake-gcs-server:*"):
+            images.append(
+                {
+                    "image": reference,
+                    "binds": {"/bin/fake-gcs-server": tools["fake_gcs_server"]},
+                    "env": {"PATH": base_path},
+                    "entrypoint": ["/bin/fake-gcs-server", "-data", "/data"],
+                }
+            )
+    return images
 
 
 COREFILE = """\
@@ -600,8 +653,13 @@ class LocalCluster:
     def write_image_map(self, tools: dict) -> None:
         operator_root = self.layout.state / "images" / "operator" / "opt-ansible"
         operator_root.mkdir(parents=True, exist_ok=True)
+        minio_entrypoint = self.layout.state / "images" / "minio" / "docker-entrypoint.sh"
+        minio_entrypoint.parent.mkdir(parents=True, exist_ok=True)
+        if not minio_entrypoint.exists() or minio_entrypoint.read_text() != MINIO_ENTRYPOINT:
+            minio_entrypoint.write_text(MINIO_ENTRYPOINT)
+        minio_entrypoint.chmod(0o755)
         target = self.layout.state / "images.yaml"
-        content = json.dumps(image_map(tools, operator_root), indent=2) + "\n"
+        content = json.dumps(image_map(tools, operator_root, minio_entrypoint), indent=2) + "\n"
         if not target.exists() or target.read_text() != content:
             target.write_text(content)
 

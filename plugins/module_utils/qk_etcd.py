@@ -577,6 +577,24 @@ class EtcdClient:
 
         return self._run(call())
 
+    def key_count(self, endpoint, revision=0):
+        """``(keys, revision)``: how many keys one member holds at ``revision`` (0: its current
+        one) and the revision it answered at; a count-only range over the whole key space
+        (keys >= "\\0"), served by that member."""
+
+        async def call():
+            resp = await self._kv(endpoint).get(
+                b"\0",
+                range_end=b"\0",
+                serializable=True,
+                revision=revision,
+                count_only=True,
+                timeout=self.timeout,
+            )
+            return resp.count, resp.header.revision
+
+        return self._run(call())
+
     def snapshot(self, endpoint, timeout=None):
         """The snapshot of one member's backend, as the chunks etcd streams.
 

@@ -252,8 +252,8 @@ class KubeClient:
             self._conn.close()
             self._conn = None
 
-    def _headers(self, content_type):
-        headers = {"Accept": "application/json", "User-Agent": "quorumkeeper"}
+    def _headers(self, content_type, accept="application/json"):
+        headers = {"Accept": accept, "User-Agent": "quorumkeeper"}
         if content_type:
             headers["Content-Type"] = content_type
         token = self.token
@@ -267,13 +267,18 @@ class KubeClient:
             headers["Authorization"] = f"Basic {self.basic}"
         return headers
 
-    def request(self, method, path, body=None, query=None, content_type="application/json"):
-        """Send one request; return the decoded JSON body (None when empty)."""
+    def request(
+        self, method, path, body=None, query=None, content_type="application/json", text=False
+    ):
+        """Send one request; return the decoded JSON body (None when empty), or with ``text``
+        the body as text."""
         url = self.base_path + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         payload = None if body is None else json.dumps(body).encode()
-        headers = self._headers(content_type if payload is not None else None)
+        headers = self._headers(
+            content_type if payload is not None else None, "*/*" if text else "application/json"
+        )
         for attempt in (1, 2):
             conn = self._connection()
             try:
@@ -298,6 +303,8 @@ class KubeClient:
             except ValueError:
                 pass
             raise KubeError(response.status, reason, message)
+        if text:
+            return data.decode("utf-8", "replace")
         if not data:
             return None
         return json.loads(data)
@@ -371,6 +378,15 @@ class KubeClient:
                 obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"], "status"
             ),
             body=obj,
+        )
+
+    def pod_log(self, name, namespace, container=None, tail_lines=None, previous=False):
+        """The log of one container of a pod, as text (its last ``tail_lines`` lines)."""
+        query = {"container": container, "tailLines": tail_lines}
+        if previous:
+            query["previous"] = "true"
+        return self.request(
+            "GET", self.path("v1", "Pod", namespace, name, "log"), query=query, text=True
         )
 
     def delete(self, api_version, kind, name, namespace=None, propagation=None, uid=None):

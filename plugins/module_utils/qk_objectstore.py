@@ -10,16 +10,24 @@ looks complete: on S3 the parts go to a temporary key that is copied to the fina
 SHA-256 as metadata) only once every byte is stored, and the multipart upload is aborted on
 failure; on GCS the object appears only when the resumable upload is finalized.
 
+Reading back (``download``, ``stat``, and the ``fetch`` command line that the verification and
+restore helper pods run with the operator image) streams into a file and hashes on the way too.
+This file must stay importable, and runnable as a script, without Ansible.
+
 The parsing and rendering functions are pure and unit tested; the upload functions are tested
 against real S3 and GCS servers (moto, fake-gcs-server).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import hashlib
+import io
 import json
+import os
 import re
+import sys
 import urllib.parse
 import uuid
 from typing import NamedTuple
@@ -275,3 +283,276 @@ def upload(location, chunks, credentials=None, metadata=None):
     if location.scheme == "s3":
         return upload_s3(s3_client(location, credentials), location, chunks, metadata)
     return upload_gcs(gcs_client(location, credentials.get(GCS_KEY)), location, chunks, metadata)
+
+
+def delete(location, credentials=None):
+    """Delete the object at ``location`` (what a schedule's retention prunes). An object or a
+    bucket that is already gone is fine: afterwards the object does not exist either way.
+    Raises ``ObjectStoreError`` with the store's words when the store refuses or cannot be
+    reached, so that the caller keeps its record of the object."""
+    credentials = credentials or {}
+    if location.scheme == "s3":
+        client = s3_client(location, credentials)
+        try:
+            client.delete_object(Bucket=location.bucket, Key=location.key)
+        except botocore.exceptions.ClientError as exc:
+            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchBucket", "NoSuchKey"):
+                return
+            raise _s3_error(exc, f"cannot delete {location.url}") from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _s3_error(exc, f"cannot delete {location.url}") from exc
+        return
+    client = gcs_client(location, credentials.get(GCS_KEY))
+    try:
+        client.bucket(location.bucket).blob(location.key).delete()
+    except gcs_exceptions.NotFound:
+        return
+    except gcs_exceptions.GoogleAPICallError as exc:
+        raise ObjectStoreError(f"cannot delete {location.url}: {exc.message}") from exc
+    except Exception as exc:  # noqa: BLE001 - transport and credential errors of the client
+        raise ObjectStoreError(
+            f"cannot delete {location.url}: {type(exc).__name__}: {exc}"
+        ) from exc
+
+
+# --------------------------------------------------------------------------------------------
+# Read back: what the verification and restore helper pods run (see the CLI at the bottom)
+# --------------------------------------------------------------------------------------------
+
+DOWNLOAD_CHUNK = 1024 * 1024
+
+
+class ChecksumMismatch(ObjectStoreError):
+    """The bytes read back are not the bytes that were stored."""
+
+
+class DigestingWriter:
+    """Passes writes on to a binary file object, counting and hashing them.
+
+    Not seekable on purpose: a client that rewound to retry would make the hash describe other
+    bytes than the file holds, so such a download fails instead of passing a wrong check."""
+
+    def __init__(self, fileobj):
+        self.fileobj, self.size, self._sha256 = fileobj, 0, hashlib.sha256()
+
+    def write(self, data):
+        self.size += len(data)
+        self._sha256.update(data)
+        self.fileobj.write(data)
+        return len(data)
+
+    def tell(self):
+        return self.size
+
+    def seekable(self):
+        return False
+
+    def seek(self, *args):
+        raise io.UnsupportedOperation("a snapshot download cannot rewind")
+
+    def flush(self):
+        self.fileobj.flush()
+
+    @property
+    def sha256(self):
+        return self._sha256.hexdigest()
+
+
+def download_s3(client, location, fileobj, chunk_size=DOWNLOAD_CHUNK):
+    """Stream the object into ``fileobj``; ``{"size", "sha256", "metadata_sha256"}``."""
+    try:
+        response = client.get_object(Bucket=location.bucket, Key=location.key)
+    except Exception as exc:  # noqa: BLE001 - reported with the store's own words
+        raise _s3_error(exc, f"cannot read {location.url}") from exc
+    writer = DigestingWriter(fileobj)
+    try:
+        for chunk in response["Body"].iter_chunks(chunk_size):
+            writer.write(chunk)
+    except botocore.exceptions.FlexibleChecksumError as exc:
+        # The store's own checksum of the object (CRC32 and the like) already disagrees.
+        raise ChecksumMismatch(
+            f"sha256 mismatch: {location.url}: the bytes read back do not match the store's "
+            f"own checksum of the object ({exc})"
+        ) from exc
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise _s3_error(exc, f"reading {location.url} failed after {writer.size} bytes") from exc
+    expected = response.get("ContentLength")
+    if expected is not None and expected != writer.size:
+        raise ObjectStoreError(
+            f"reading {location.url} stopped after {writer.size} of {expected} bytes"
+        )
+    metadata = response.get("Metadata") or {}
+    return {
+        "size": writer.size,
+        "sha256": writer.sha256,
+        "metadata_sha256": metadata.get(SHA256_METADATA_KEY),
+    }
+
+
+def _gcs_missing(client, location):
+    """Why ``location`` was not found: no bucket, or no object in it."""
+    try:
+        bucket_exists = client.lookup_bucket(location.bucket) is not None
+    except gcs_exceptions.GoogleAPICallError:
+        bucket_exists = True  # say what is sure: the object was not found
+    if not bucket_exists:
+        return ObjectStoreError(
+            f"cannot read {location.url}: not found: the bucket {location.bucket} does not exist"
+        )
+    return ObjectStoreError(
+        f"cannot read {location.url}: not found: no object {location.key} in bucket "
+        f"{location.bucket}"
+    )
+
+
+def download_gcs(client, location, fileobj):
+    """Stream the object into ``fileobj``; ``{"size", "sha256", "metadata_sha256"}``."""
+    try:
+        blob = client.bucket(location.bucket).get_blob(location.key)
+    except gcs_exceptions.GoogleAPICallError as exc:
+        raise ObjectStoreError(f"cannot read {location.url}: {exc.message}") from exc
+    if blob is None:
+        raise _gcs_missing(client, location)
+    writer = DigestingWriter(fileobj)
+    try:
+        # raw_download: the bytes as stored (no decompressive transcoding); the generation pins
+        # the download to the object whose metadata was just read.
+        blob.download_to_file(writer, raw_download=True, if_generation_match=blob.generation)
+    except gcs_exceptions.GoogleAPICallError as exc:
+        raise ObjectStoreError(f"reading {location.url} failed: {exc.message}") from exc
+    except OSError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - transport and integrity errors of the client
+        raise ObjectStoreError(
+            f"reading {location.url} failed after {writer.size} bytes: {type(exc).__name__}: {exc}"
+        ) from exc
+    return {
+        "size": writer.size,
+        "sha256": writer.sha256,
+        "metadata_sha256": (blob.metadata or {}).get(SHA256_METADATA_KEY),
+    }
+
+
+def download(location, fileobj, credentials=None):
+    """Stream the object at ``location`` into the binary file object ``fileobj``, hashing on
+    the way; ``{"size", "sha256", "metadata_sha256"}`` (the object's ``sha256`` metadata, or
+    None). Raises ``ObjectStoreError`` with the store's words."""
+    credentials = credentials or {}
+    if location.scheme == "s3":
+        return download_s3(s3_client(location, credentials), location, fileobj)
+    return download_gcs(gcs_client(location, credentials.get(GCS_KEY)), location, fileobj)
+
+
+def stat(location, credentials=None):
+    """``{"exists", "size", "sha256"}`` of the object (sha256 from its metadata, or None)."""
+    credentials = credentials or {}
+    if location.scheme == "s3":
+        client = s3_client(location, credentials)
+        try:
+            head = client.head_object(Bucket=location.bucket, Key=location.key)
+        except botocore.exceptions.ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code"))
+            if code in ("404", "NoSuchKey", "NotFound"):
+                return {"exists": False, "size": None, "sha256": None}
+            raise _s3_error(exc, f"cannot stat {location.url}") from exc
+        except botocore.exceptions.BotoCoreError as exc:
+            raise _s3_error(exc, f"cannot stat {location.url}") from exc
+        metadata = head.get("Metadata") or {}
+        return {
+            "exists": True,
+            "size": head.get("ContentLength"),
+            "sha256": metadata.get(SHA256_METADATA_KEY),
+        }
+    client = gcs_client(location, credentials.get(GCS_KEY))
+    try:
+        blob = client.bucket(location.bucket).get_blob(location.key)
+    except gcs_exceptions.GoogleAPICallError as exc:
+        raise ObjectStoreError(f"cannot stat {location.url}: {exc.message}") from exc
+    if blob is None:
+        return {"exists": False, "size": None, "sha256": None}
+    return {
+        "exists": True,
+        "size": blob.size,
+        "sha256": (blob.metadata or {}).get(SHA256_METADATA_KEY),
+    }
+
+
+def read_credentials_dir(path):
+    """A mounted Secret as credentials: each regular file is one key. None when there is no
+    directory or no key in it (the store's defaults are used)."""
+    if not path:
+        return None
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise ObjectStoreError(f"cannot read the credentials in {path}: {exc.strerror}") from exc
+    credentials = {}
+    for name in names:
+        full = os.path.join(path, name)
+        # A Secret volume also holds ..data and ..<timestamp> entries (the atomic-update links).
+        if name.startswith(".") or not os.path.isfile(full):
+            continue
+        with open(full, encoding="utf-8") as f:
+            credentials[name] = f.read()
+    return credentials or None
+
+
+def fetch(url, dest, expected_sha256=None, credentials=None):
+    """Download ``url`` to ``dest`` (through ``dest.partial``, renamed only when the bytes are
+    right). The expected SHA-256 is ``expected_sha256``, else the object's ``sha256`` metadata.
+    ``{"size", "sha256"}``; raises ``ChecksumMismatch`` or ``ObjectStoreError``."""
+    location = parse_object_url(url)
+    partial = f"{dest}.partial"
+    try:
+        with open(partial, "wb") as f:
+            result = download(location, f, credentials)
+            f.flush()
+            os.fsync(f.fileno())
+        expected = (expected_sha256 or result["metadata_sha256"] or "").lower() or None
+        if expected and expected != result["sha256"]:
+            source = "expected" if expected_sha256 else "recorded in the object's metadata"
+            raise ChecksumMismatch(
+                f"sha256 mismatch: {location.url} holds {result['size']} bytes with sha256 "
+                f"{result['sha256']}, {source}: {expected}; the stored object is not the "
+                "snapshot that was uploaded"
+            )
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    os.replace(partial, dest)
+    return {"size": result["size"], "sha256": result["sha256"]}
+
+
+def main(argv=None):
+    """``qk_objectstore.py fetch --url URL --dest PATH [--sha256 HEX] [--credentials-dir DIR]``:
+    exit 0 with ``{"size", "sha256"}`` on stdout, 3 when the bytes do not match the SHA-256, 2
+    for anything else (missing object, credentials, unreachable store), with why on stderr."""
+    parser = argparse.ArgumentParser(
+        prog="qk_objectstore.py", description="Read snapshots back from S3 or GCS."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    fetch_cmd = commands.add_parser("fetch", help="download an object and check its SHA-256")
+    fetch_cmd.add_argument("--url", required=True, help="s3:// or gs:// object URL")
+    fetch_cmd.add_argument("--dest", required=True, help="file to write")
+    fetch_cmd.add_argument("--sha256", help="expected SHA-256 (default: the object's metadata)")
+    fetch_cmd.add_argument("--credentials-dir", help="a mounted Secret: one file per key")
+    args = parser.parse_args(argv)
+    try:
+        credentials = read_credentials_dir(args.credentials_dir)
+        result = fetch(args.url, args.dest, args.sha256, credentials)
+    except ChecksumMismatch as exc:
+        print(exc, file=sys.stderr)
+        return 3
+    except ObjectStoreError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"cannot fetch {args.url} to {args.dest}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -181,7 +181,9 @@ def test_rbac_least_privilege(rendered):
             for res in rule["resources"]:
                 grants.setdefault((group, res), set()).update(rule["verbs"])
     core = {res: verbs for (group, res), verbs in grants.items() if group == ""}
-    assert core["pods"] == {"get", "list", "watch", "delete"}
+    # Helper pods (backup verification, restores) are created by the operator itself.
+    assert core["pods"] == {"get", "list", "watch", "create", "delete"}
+    assert core["pods/log"] == {"get"}
     assert core["persistentvolumeclaims"] == {"get", "list", "watch", "create", "patch", "delete"}
     # The client Service's Endpoints are watched and annotated; no one else's are changed.
     assert core["endpoints"] == {"get", "list", "watch", "create", "patch"}
@@ -292,7 +294,10 @@ def test_operator_service_account_permissions(kube_api):
     who = f"--as=system:serviceaccount:{NS}:{SA}"
 
     def can(verb, resource, ns="some-namespace"):
-        out = kube_api.kubectl("auth", "can-i", verb, resource, "-n", ns, who, check=False)
+        # "pods/exec" would read as TYPE/NAME (a pod named exec): ask for the subresource.
+        resource, _, subresource = resource.partition("/")
+        extra = [f"--subresource={subresource}"] if subresource else []
+        out = kube_api.kubectl("auth", "can-i", verb, resource, *extra, "-n", ns, who, check=False)
         return out.stdout.strip() == "yes"
 
     allowed = [
@@ -303,13 +308,14 @@ def test_operator_service_account_permissions(kube_api):
         ("delete", "replicasets.apps"),
         ("delete", "pods"),
         ("watch", "pods"),
+        ("create", "pods"),
+        ("get", "pods/log"),
         ("create", "services"),
         ("delete", "persistentvolumeclaims"),
         ("create", "events"),
         ("get", "secrets"),
     ]
     denied = [
-        ("create", "pods"),
         ("create", "pods/exec"),
         ("create", "secrets"),
         ("delete", "secrets"),
@@ -370,11 +376,13 @@ def test_sample_pod_fields_are_valid_pod_fields(kube_api, namespace):
 def test_watches():
     watches = yaml.safe_load((ROOT / "watches.yaml").read_text())
     by = {w["kind"]: w for w in watches}
-    assert set(by) == {"EtcdCluster", "EtcdPeer", "EtcdBackup"}
+    assert set(by) == {"EtcdCluster", "EtcdPeer", "EtcdBackup", "EtcdBackupSchedule", "EtcdRestore"}
     for kind, role, period, dependents in (
         ("EtcdCluster", "etcdcluster", "5m", True),
         ("EtcdPeer", "etcdpeer", "10m", True),
         ("EtcdBackup", "etcdbackup", "10m", False),
+        ("EtcdBackupSchedule", "etcdbackupschedule", "1m", False),
+        ("EtcdRestore", "etcdrestore", "1m", False),
     ):
         w = by[kind]
         assert (w["group"], w["version"]) == (GROUP, "v1alpha1")

@@ -830,6 +830,34 @@ def test_backup_rules(kube_api, namespace):
     )
 
 
+def test_backup_verification_is_on_by_default_and_part_of_the_immutable_spec(kube_api, namespace):
+    created = accepted(create(kube_api, namespace, backup()))
+    assert created["spec"]["verify"] is True
+    rejected(create(kube_api, namespace, backup(verify="yes")), "spec.verify")
+    off = backup(verify=False)
+    off["metadata"]["name"] = "off"
+    assert accepted(create(kube_api, namespace, off))["spec"]["verify"] is False
+    rejected(
+        patch(kube_api, namespace, "etcdbackup", "off", {"spec": {"verify": True}}),
+        "the spec of an EtcdBackup is immutable",
+    )
+    # The status the operator writes: the Verified condition and what the verification saw.
+    verified = {
+        "status": {
+            "verification": {
+                "time": "2026-11-22T08:30:00Z",
+                "revision": 21,
+                "keys": 20,
+                "snapshotHash": 2640164988,
+                "seconds": 2.6,
+            }
+        }
+    }
+    accepted(patch(kube_api, namespace, "etcdbackup", "b", verified, subresource="status"))
+    stored = kube_api.get_json("etcdbackup", "b", "-n", namespace)
+    assert stored["status"]["verification"]["snapshotHash"] == 2640164988
+
+
 def schedule(**spec) -> dict:
     base = {"schedule": "*/5 * * * *", "backupTemplate": backup()["spec"]}
     base.update(spec)
@@ -870,6 +898,35 @@ def test_schedule_rules(kube_api, namespace):
     )
 
 
+def test_schedule_every_suspend_deadline_and_max_age(kube_api, namespace):
+    for i, cron in enumerate(("@every 10s", "@every 1h30m", "@every\t90m", "0 0 L * *")):
+        obj = schedule(schedule=cron)
+        obj["metadata"]["name"] = f"ok{i}"
+        accepted(create(kube_api, namespace, obj))
+    stored = kube_api.get_json("etcdbackupschedules.etcd.quorumkeeper.dev", "ok0", "-n", namespace)
+    assert stored["spec"]["suspend"] is False
+    assert stored["spec"]["startingDeadlineSeconds"] == 600
+    for cron in ("@every 5s", "@every 9999ms"):
+        rejected(create(kube_api, namespace, schedule(schedule=cron)), "at least 10s")
+    for cron in ("@every", "@every 1d", "@every soon", "@every 10s *", "@hourly * * * *"):
+        rejected(create(kube_api, namespace, schedule(schedule=cron)), "spec.schedule")
+    rejected(
+        create(kube_api, namespace, schedule(startingDeadlineSeconds=5)),
+        "spec.startingDeadlineSeconds",
+    )
+    obj = schedule(retention={"maxBackups": 3, "maxAge": "168h"})
+    obj["metadata"]["name"] = "aged"
+    accepted(create(kube_api, namespace, obj))
+    for age in ("7d", "0s", "-1h", "1 h"):
+        rejected(
+            create(kube_api, namespace, schedule(retention={"maxAge": age})),
+            "retention.maxAge must be a positive duration",
+        )
+    long_name = schedule()
+    long_name["metadata"]["name"] = "s" * 64
+    rejected(create(kube_api, namespace, long_name), "at most 63 characters")
+
+
 def restore(**spec) -> dict:
     base = {
         "source": {"objectURL": "s3://b/k.db"},
@@ -893,6 +950,14 @@ def test_restore_rules(kube_api, namespace):
         REPLICAS_MSG,
     )
     rejected(create(kube_api, namespace, restore(clusterName="9lives")), "DNS-1035")
+    for source in ({}, {"objectURL": "s3://b/k.db", "backupName": "nightly"}):
+        rejected(
+            create(kube_api, namespace, restore(source=source)),
+            "exactly one of source.objectURL or source.backupName must be set",
+        )
+    from_backup = restore(source={"backupName": "nightly", "credentialsSecret": "s3"})
+    from_backup["metadata"]["name"] = "from-backup"
+    accepted(create(kube_api, namespace, from_backup))
     stored = accepted(create(kube_api, namespace, restore()))
     assert stored["spec"]["clusterTemplate"]["replicas"] == 3, "same defaults as EtcdCluster"
     rejected(

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kubehelpers import CACHE, CLUSTERS, PEERS, ROOT, wait_until
+from objectstores import object_stores  # noqa: F401 - the session fixture, for every e2e test
 
 OPERATOR_NAMESPACE = "quorumkeeper-system"
 API = "etcd.quorumkeeper.dev/v1alpha1"

@@ -1,6 +1,8 @@
 """EtcdBackup through the deployed operator: a snapshot of a live cluster streamed to a real S3
 server (moto, reached from the operator's pod over the cluster network), read back and checked
-with etcd's own tool; bad input ends Failed with a condition and a Warning Event."""
+with etcd's own tool; bad input ends Failed with a condition and a Warning Event. Every completed
+backup is verified by the operator (condition Verified): restored in a scratch pod with the
+etcd of its version (3.6 and 3.4 here), or refused when the store returns other bytes."""
 
 from __future__ import annotations
 
@@ -9,11 +11,16 @@ import hashlib
 import json
 import socket
 import subprocess
+import sys
 
 import boto3
 import pytest
-from kubehelpers import BACKUPS, CACHE, wait_until
+from damaging_s3 import DamagingMotoServer
+from kubehelpers import BACKUPS, CACHE, ROOT, STATE, wait_until
 from moto.server import ThreadedMotoServer
+
+sys.path.insert(0, str(ROOT / "tests" / "modules"))
+import etcdharness  # noqa: E402
 
 # The host as pods see it: the gateway of the local cluster's pod bridge.
 HOST_FROM_PODS = "10.213.0.1"
@@ -27,6 +34,17 @@ def s3_port():
         s.bind(("", 0))
         port = s.getsockname()[1]
     server = ThreadedMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
+    server.start()
+    yield port
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def damaging_s3_port(s3_port):
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    server = DamagingMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
     server.start()
     yield port
     server.stop()
@@ -48,7 +66,7 @@ def s3(s3_port):
     client.delete_bucket(Bucket=BUCKET)
 
 
-def backup(name, source, template, secret="s3-credentials"):
+def backup(name, source, template, secret="s3-credentials", **spec):
     destination = {"objectURLTemplate": template}
     if secret:
         destination["credentialsSecret"] = secret
@@ -56,8 +74,12 @@ def backup(name, source, template, secret="s3-credentials"):
         "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
         "kind": "EtcdBackup",
         "metadata": {"name": name},
-        "spec": {"source": source, "destination": destination},
+        "spec": {"source": source, "destination": destination, **spec},
     }
+
+
+def template(port, key="{{ .Namespace }}/{{ .ClusterName }}/{{ .UID }}.db"):
+    return f"s3://{BUCKET}/{key}?endpoint=http://{HOST_FROM_PODS}:{port}&region=us-east-1"
 
 
 def credentials_secret():
@@ -77,6 +99,26 @@ def wait_phase(kube, namespace, name, phase, timeout=120):
         return status if status.get("phase") == phase else None
 
     return wait_until(f"EtcdBackup {name} {phase}", reached, timeout)
+
+
+def wait_verified(kube, namespace, name, status="True", timeout=180):
+    """The status once its Verified condition has ``status``."""
+
+    def reached():
+        current = (kube.get(BACKUPS, name, namespace=namespace).get("status")) or {}
+        verified = {c["type"]: c for c in current.get("conditions", [])}.get("Verified", {})
+        return current if verified.get("status") == status else None
+
+    return wait_until(f"EtcdBackup {name} Verified={status}", reached, timeout)
+
+
+def verified_condition(status):
+    return {c["type"]: c for c in status["conditions"]}["Verified"]
+
+
+def verify_pods(kube, namespace):
+    selector = "app.kubernetes.io/name=etcd-backup-verify"
+    return kube.get("pods", namespace=namespace, selector=selector)["items"]
 
 
 def test_backup_of_a_cluster_is_streamed_checksummed_and_restorable(
@@ -120,10 +162,23 @@ def test_backup_of_a_cluster_is_streamed_checksummed_and_restorable(
     snapshot = json.loads(checked.stdout)
     assert snapshot["revision"] >= status["revision"] >= 21
     assert snapshot["totalKey"] >= 20
+    assert status["keys"] == 20, "keys at the recorded revision"
+
+    # The operator restored it in a scratch pod and asked the restored etcd.
+    status = wait_verified(kube, ns, "nightly")
+    verified = verified_condition(status)
+    assert verified["reason"] == "Verified"
+    verification = status["verification"]
+    assert verification["revision"] == snapshot["revision"]
+    assert verification["keys"] == 20
+    assert verification["snapshotHash"] == snapshot["hash"]
+    print(f"verification of a {status['size']}-byte snapshot: {verification['seconds']}s")
+    assert f"revision {snapshot['revision']}, 20 keys" in verified["message"]
+    wait_until("the verification pod deleted", lambda: not verify_pods(kube, ns), 30)
     wait_until(
-        "BackupStarted and BackupCompleted Events",
+        "BackupStarted, BackupCompleted and BackupVerified Events",
         lambda: (
-            {"BackupStarted", "BackupCompleted"}
+            {"BackupStarted", "BackupCompleted", "BackupVerified"}
             <= {e["reason"] for e in kube.events(ns, "nightly")}
         ),
         30,
@@ -160,3 +215,121 @@ def test_backup_with_a_missing_secret_names_it(etcd_cluster, s3_port):
     status = wait_phase(kube, ns, "nosecret", "Failed")
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
     assert f"Secret {ns}/absent" in failed["message"]
+
+
+def test_verification_on_etcd_34_refuses_a_damaged_object_and_can_be_turned_off(
+    etcd_cluster, s3, s3_port, damaging_s3_port
+):
+    """etcd 3.4 has no etcdutl: its verification runs etcdctl. A store that returns other bytes
+    than were uploaded ends Verified=False (SHA256Mismatch, final) with a Warning Event, the
+    backup stays Completed; spec.verify=false reads nothing back."""
+    kube, ns = etcd_cluster.kube, etcd_cluster.namespace
+    etcd_cluster.version = "3.4.23"
+    etcd_cluster.create(1)
+    etcd_cluster.wait_available(1)
+    for i in range(7):
+        etcd_cluster.put(f"/old/{i}", "v")
+    kube.apply(credentials_secret(), namespace=ns)
+    kube.apply(
+        backup("good", {"clusterName": "e2e"}, template(s3_port)),
+        backup("damaged", {"clusterName": "e2e"}, template(damaging_s3_port, "damaged.db")),
+        backup("unchecked", {"clusterName": "e2e"}, template(s3_port, "x.db"), verify=False),
+        namespace=ns,
+    )
+
+    good = wait_verified(kube, ns, "good")
+    assert good["etcdVersion"] == "3.4.23"
+    assert good["verification"]["keys"] == good["keys"] == 7
+    assert good["verification"]["revision"] >= good["revision"]
+
+    damaged = wait_verified(kube, ns, "damaged", status="False")
+    assert damaged["phase"] == "Completed", "a verification failure is not a backup failure"
+    condition = verified_condition(damaged)
+    assert condition["reason"] == "SHA256Mismatch"
+    assert "sha256 mismatch" in condition["message"]
+    assert "take a new EtcdBackup" in condition["message"]
+    assert "verification" not in damaged
+    warnings = wait_until(
+        "a BackupVerificationFailed Event",
+        lambda: [
+            e for e in kube.events(ns, "damaged") if e["reason"] == "BackupVerificationFailed"
+        ],
+        30,
+    )
+    assert warnings[0]["type"] == "Warning"
+    wait_until("the verification pods deleted", lambda: not verify_pods(kube, ns), 30)
+
+    unchecked = wait_phase(kube, ns, "unchecked", "Completed")
+    condition = verified_condition(unchecked)
+    assert (condition["status"], condition["reason"]) == ("Unknown", "VerificationDisabled")
+    # Final: the damaged backup is not tried again, the unchecked one never verified.
+    reasons = [e["reason"] for e in kube.events(ns, "damaged")]
+    assert reasons.count("BackupVerificationFailed") == 1
+    assert "BackupVerified" not in {e["reason"] for e in kube.events(ns, "unchecked")}
+
+
+def test_verify_module_names_each_failure_and_what_to_do(etcd_cluster, s3, s3_port, tmp_path):
+    """etcd_snapshot_verify run by hand (as the role runs it) on a real backup whose status is
+    then rewritten: each way a backup can fail its verification, final or worth retrying. The
+    backup has verify=false, so the operator itself leaves it alone."""
+    kube, ns = etcd_cluster.kube, etcd_cluster.namespace
+    etcd_cluster.create(1)
+    etcd_cluster.wait_available(1)
+    for i in range(5):
+        etcd_cluster.put(f"/m/{i}", "v")
+    kube.apply(credentials_secret(), namespace=ns)
+    kube.apply(
+        backup("manual", {"clusterName": "e2e"}, template(s3_port, "manual.db"), verify=False),
+        namespace=ns,
+    )
+    recorded = wait_phase(kube, ns, "manual", "Completed")
+    run = etcdharness.ModuleRunner(tmp_path / "ansible")
+
+    def verify(**status):
+        if status:
+            patch = json.dumps({"status": status})
+            kube("patch", BACKUPS, "manual", "-n", ns, "--subresource=status", "--type=merge",
+                 "-p", patch)  # fmt: skip
+        args = {"name": "manual", "namespace": ns, "kubeconfig": str(STATE / "kubeconfig")}
+        result = run("etcd_snapshot_verify", {**args, "timeout": 60})
+        assert not result["failed"], result.get("msg")
+        wait_until("the verification pod deleted", lambda: not verify_pods(kube, ns), 30)
+        return result
+
+    # A run interrupted after its pod was created (keep_pod leaves it as such a run would):
+    # the next run picks that pod up instead of starting another.
+    args = {"name": "manual", "namespace": ns, "kubeconfig": str(STATE / "kubeconfig")}
+    first = run("etcd_snapshot_verify", {**args, "keep_pod": True})
+    assert first["verified"] is True and not first["reused"], first
+    assert kube.get("pod", first["pod"], ns)["metadata"]["ownerReferences"][0]["name"] == "manual"
+    passed = verify()
+    assert passed["verified"] is True and passed["reused"], passed
+    assert (passed["keys"], passed["revision"]) == (5, recorded["revision"])
+
+    keys = verify(keys=recorded["keys"] + 1)
+    assert (keys["verified"], keys["reason"], keys["retryable"]) == (
+        False,
+        "KeyCountMismatch",
+        False,
+    )
+
+    missing_url = recorded["objectURL"].replace("manual.db", "missing.db")
+    missing = verify(keys=recorded["keys"], objectURL=missing_url)
+    assert (missing["reason"], missing["retryable"]) == ("ObjectUnreadable", True)
+    assert "NoSuchKey" in missing["message"]
+
+    no_image = verify(objectURL=recorded["objectURL"], etcdVersion="3.5.99")
+    assert (no_image["reason"], no_image["retryable"]) == ("VerificationPodFailed", True)
+    assert "quay.io/coreos/etcd:v3.5.99" in no_image["message"]
+
+    # Damaged bytes whose SHA-256 was recorded as such: only etcd's own integrity hash is left.
+    body = bytearray(s3.get_object(Bucket=BUCKET, Key="manual.db")["Body"].read())
+    body[len(body) // 2] ^= 0x01
+    s3.put_object(Bucket=BUCKET, Key="tampered.db", Body=bytes(body))
+    tampered = verify(
+        etcdVersion=recorded["etcdVersion"],
+        objectURL=recorded["objectURL"].replace("manual.db", "tampered.db"),
+        sha256=hashlib.sha256(bytes(body)).hexdigest(),
+    )
+    assert (tampered["reason"], tampered["retryable"]) == ("RestoreFailed", False), tampered
+    assert "sha256" in tampered["message"] and "take a new EtcdBackup" in tampered["message"]

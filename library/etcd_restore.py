@@ -1,0 +1,374 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_restore
+short_description: Take one step of an EtcdRestore
+description:
+  - C(restore_volumes) - with I(verify), first streams the snapshot through SHA-256 (nothing is
+    stored: memory stays bounded) and compares it with I(sha256), else with the object's
+    C(sha256) metadata; then creates, for each of I(members) that lacks them, the member's PVC
+    (exactly as the etcdcluster role renders it, plus the restore's annotation) and a restore
+    pod (init container C(fetch) downloads and checks the snapshot, container C(restore) runs
+    C(etcdutl snapshot restore) with the member's own flags into its data dir).
+  - C(create_cluster) - creates the EtcdCluster (spec = the restore's clusterTemplate, the
+    restore's annotation, no owner) and deletes the restore pods.
+  - C(fail) - deletes the PVCs this restore created and its pods except I(keep_pods) (failed
+    ones, kept for their logs). Never touches a PVC that does not carry this restore's UID.
+  - C(complete) - reads the restored cluster's store revision through its client Service.
+  - Reads the EtcdRestore and the credentials Secret itself: credentials never pass through
+    Ansible variables, and the fetch containers mount the Secret.
+  - On failure returns C(reason), the restore's Failed reason (C(InvalidSource),
+    C(CredentialsUnavailable), C(ObjectUnreadable), C(SnapshotHashMismatch), C(ClusterExists),
+    C(VolumesExist), C(StepFailed), C(ClusterUnreachable)).
+options:
+  name:
+    description: Name of the EtcdRestore.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the EtcdRestore (and of everything it creates).
+    type: str
+    required: true
+  action:
+    description: The step to take.
+    type: str
+    required: true
+    choices: [restore_volumes, create_cluster, fail, complete]
+  members:
+    description:
+      - With C(restore_volumes), C({name, spec}) of each member, spec as the etcdcluster role
+        gives its EtcdPeers (C(etcd_peer_member) filter).
+    type: list
+    elements: dict
+    default: []
+  settings:
+    description: Member settings as the etcdcluster role passes them to C(etcd_peer).
+    type: dict
+    default: {}
+  object_url:
+    description: The snapshot (C(restore_volumes)).
+    type: str
+  sha256:
+    description: The expected SHA-256 of the snapshot, when known (the backup's).
+    type: str
+  credentials_secret:
+    description: Secret with the store's credentials, in I(namespace).
+    type: str
+  verify:
+    description: With C(restore_volumes), check the snapshot's bytes before creating anything.
+    type: bool
+    default: true
+  operator_image:
+    description: Image of the fetch init containers (the operator's own).
+    type: str
+  keep_pods:
+    description: With C(fail), restore pods not to delete.
+    type: list
+    elements: str
+    default: []
+  cluster_domain:
+    description: The Kubernetes cluster's DNS domain (C(complete)).
+    type: str
+    default: cluster.local
+  client_port:
+    description: etcd client port (C(complete)).
+    type: int
+    default: 2379
+  timeout:
+    description: Per-call timeout of the etcd read, in seconds.
+    type: float
+    default: 5
+requirements: [boto3, google-cloud-storage, etcd3aio]
+"""
+
+EXAMPLES = r"""
+- name: Check the snapshot and start restoring the members
+  etcd_restore:
+    name: my-cluster-restore
+    namespace: default
+    action: restore_volumes
+    members: "{{ members }}"
+    object_url: "s3://etcd-backups/my-cluster.db?endpoint=http://minio.minio:9000"
+    credentials_secret: s3-credentials
+    operator_image: quay.io/quorumkeeper/etcd-operator:0.1.0
+  register: restored
+"""
+
+RETURN = r"""
+reason:
+  description: On failure, the restore's Failed reason.
+  type: str
+  returned: on failure
+checked:
+  description: With C(restore_volumes) and I(verify), what the snapshot check found
+    (C(size), C(sha256), C(expected)) - C(expected) is C(given), C(metadata) or C(none).
+  type: dict
+  returned: when verify ran
+sha256:
+  description: The SHA-256 the fetch containers check (the one computed when verify ran).
+  type: str
+  returned: with restore_volumes
+created:
+  description: Names of what was created (C(PersistentVolumeClaim/x), C(Pod/y), C(EtcdCluster/z)).
+  type: list
+  elements: str
+  returned: always
+deleted:
+  description: Names of what was deleted.
+  type: list
+  elements: str
+  returned: always
+revision:
+  description: With C(complete), the store revision of the restored cluster.
+  type: int
+  returned: with complete
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.qk_etcd import EtcdClient, describe_error
+from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
+from ansible.module_utils.qk_members import client_service_url
+from ansible.module_utils.qk_objectstore import ObjectStoreError, download, parse_object_url
+from ansible.module_utils.qk_restore import (
+    API_VERSION,
+    RESTORE_KEY,
+    render_restore_pod,
+    render_restored_cluster,
+    render_restored_pvc,
+    restore_pod_name,
+    target_claims,
+)
+from ansible.module_utils.qk_snapshot import SnapshotSourceError, read_credentials
+
+
+class StepError(Exception):
+    def __init__(self, reason, message):
+        super().__init__(message)
+        self.reason = reason
+
+
+class Discard:
+    """A file object that keeps nothing: the download is hashed on the way and dropped."""
+
+    def write(self, data):
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+class Restore:
+    def __init__(self, module, client):
+        self.module, self.p, self.client = module, module.params, client
+        self.result = {"changed": False, "created": [], "deleted": []}
+        self.restore = client.get(API_VERSION, "EtcdRestore", self.p["name"], self.p["namespace"])
+        if self.restore is None:
+            raise StepError("StepFailed", f"EtcdRestore {self._where(self.p['name'])} is gone")
+        self.uid = self.restore["metadata"]["uid"]
+
+    def _where(self, name):
+        return f"{self.p['namespace']}/{name}"
+
+    def _did(self, what, kind, name):
+        self.result[what].append(f"{kind}/{name}")
+        self.result["changed"] = True
+        return not self.module.check_mode
+
+    # -- restore_volumes ------------------------------------------------------------------
+    def check_snapshot(self, location, credentials):
+        """Stream the object through SHA-256 and compare; nothing is kept."""
+        try:
+            read = download(location, Discard(), credentials)
+        except ObjectStoreError as exc:
+            raise StepError("ObjectUnreadable", f"cannot read the snapshot: {exc}") from exc
+        given = (self.p["sha256"] or "").lower() or None
+        expected = given or (read["metadata_sha256"] or "").lower() or None
+        checked = {
+            "size": read["size"],
+            "sha256": read["sha256"],
+            "expected": "given" if given else "metadata" if expected else "none",
+        }
+        self.result["checked"] = checked
+        if expected and expected != read["sha256"]:
+            source = "the backup's" if given else "the object's sha256 metadata"
+            raise StepError(
+                "SnapshotHashMismatch",
+                f"{location.url} holds {read['size']} bytes with SHA-256 {read['sha256']}, but "
+                f"{source} says {expected}: the object is not the snapshot that was stored; "
+                "nothing was restored",
+            )
+        if read["size"] == 0:
+            raise StepError(
+                "SnapshotHashMismatch", f"{location.url} is empty; nothing was restored"
+            )
+        return read["sha256"]
+
+    def restore_volumes(self):
+        p = self.p
+        try:
+            location = parse_object_url(p["object_url"] or "")
+        except ObjectStoreError as exc:
+            raise StepError("InvalidSource", str(exc)) from exc
+        try:
+            # Only to check that it can be read: the pods mount the Secret themselves.
+            credentials = read_credentials(None, p["credentials_secret"], p["namespace"])
+        except SnapshotSourceError as exc:
+            raise StepError("CredentialsUnavailable", str(exc)) from exc
+        sha256 = p["sha256"]
+        if p["verify"]:
+            sha256 = self.check_snapshot(location, credentials)
+        self.result["sha256"] = sha256
+        for member in p["members"]:
+            peer, spec = member["name"], member["spec"]
+            self._ensure_pvc(peer, spec)
+            self._ensure_pod(peer, spec, location.url, sha256)
+
+    def _ensure_pvc(self, peer, spec):
+        pvc = self.client.get("v1", "PersistentVolumeClaim", peer, self.p["namespace"])
+        if pvc is None:
+            if self._did("created", "PersistentVolumeClaim", peer):
+                wanted = render_restored_pvc(self.restore, peer, spec, self.p["settings"])
+                self._create(wanted)
+            return
+        if (pvc["metadata"].get("annotations") or {}).get(RESTORE_KEY) != self.uid:
+            raise StepError(
+                "VolumesExist",
+                f"PVC {self._where(peer)} appeared meanwhile and was not created by this "
+                "restore; nothing of it is used",
+            )
+
+    def _ensure_pod(self, peer, spec, object_url, sha256):
+        name = restore_pod_name(peer, self.uid)
+        if self.client.get("v1", "Pod", name, self.p["namespace"]) is not None:
+            return
+        if self._did("created", "Pod", name):
+            pod = render_restore_pod(
+                self.restore,
+                peer,
+                spec,
+                self.p["settings"],
+                self.p["operator_image"],
+                object_url,
+                sha256,
+                self.p["credentials_secret"],
+            )
+            self._create(pod)
+
+    def _create(self, obj):
+        try:
+            self.client.create(obj)
+        except KubeError as exc:
+            if not exc.already_exists:
+                raise
+            # Another run created it meanwhile; the next observation judges whose it is.
+
+    # -- create_cluster -------------------------------------------------------------------
+    def create_cluster(self):
+        spec = self.restore["spec"]
+        name = spec["clusterName"]
+        cluster = self.client.get(API_VERSION, "EtcdCluster", name, self.p["namespace"])
+        if cluster is None:
+            if self._did("created", "EtcdCluster", name):
+                wanted = render_restored_cluster(self.restore, name, spec["clusterTemplate"])
+                self._create(wanted)
+        elif (cluster["metadata"].get("annotations") or {}).get(RESTORE_KEY) != self.uid:
+            raise StepError(
+                "ClusterExists",
+                f"EtcdCluster {self._where(name)} appeared meanwhile and was not created by "
+                "this restore",
+            )
+        self._delete_pods(keep=())
+
+    def _delete_pods(self, keep):
+        pods = self.client.list(
+            "v1", "Pod", self.p["namespace"], label_selector=f"{RESTORE_KEY}={self.uid}"
+        )
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            if name in keep or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if self._did("deleted", "Pod", name):
+                self.client.delete("v1", "Pod", name, self.p["namespace"])
+
+    # -- fail -----------------------------------------------------------------------------
+    def fail(self):
+        """Delete this restore's PVCs first (a PVC still used by a running pod stays until the
+        pod is gone), then its pods: an operator stopped in between finds the failed pods and
+        takes this step again."""
+        namespace = self.p["namespace"]
+        claims = self.client.list("v1", "PersistentVolumeClaim", namespace)
+        by_name = {c["metadata"]["name"]: c for c in claims}
+        for claim in target_claims(claims, self.restore["spec"]["clusterName"]):
+            if claim["restore_uid"] != self.uid or claim["deleting"]:
+                continue
+            if self._did("deleted", "PersistentVolumeClaim", claim["name"]):
+                uid = by_name[claim["name"]]["metadata"]["uid"]
+                self.client.delete("v1", "PersistentVolumeClaim", claim["name"], namespace, uid=uid)
+        self._delete_pods(keep=set(self.p["keep_pods"]))
+
+    # -- complete -------------------------------------------------------------------------
+    def complete(self):
+        p = self.p
+        name = self.restore["spec"]["clusterName"]
+        endpoint = client_service_url(name, p["namespace"], p["cluster_domain"], p["client_port"])
+        try:
+            with EtcdClient([endpoint], timeout=p["timeout"]) as etcd:
+                self.result["revision"] = etcd.revision(endpoint)
+        except Exception as exc:  # noqa: BLE001 - etcd's gRPC errors, said in words
+            raise StepError(
+                "ClusterUnreachable",
+                f"cannot read the revision of EtcdCluster {self._where(name)} at {endpoint}: "
+                f"{describe_error(exc)}",
+            ) from exc
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "namespace": {"type": "str", "required": True},
+            "action": {
+                "type": "str",
+                "required": True,
+                "choices": ["restore_volumes", "create_cluster", "fail", "complete"],
+            },
+            "members": {"type": "list", "elements": "dict", "default": []},
+            "settings": {"type": "dict", "default": {}},
+            "object_url": {"type": "str"},
+            "sha256": {"type": "str"},
+            "credentials_secret": {"type": "str", "no_log": False},
+            "verify": {"type": "bool", "default": True},
+            "operator_image": {"type": "str"},
+            "keep_pods": {"type": "list", "elements": "str", "default": []},
+            "cluster_domain": {"type": "str", "default": "cluster.local"},
+            "client_port": {"type": "int", "default": 2379},
+            "timeout": {"type": "float", "default": 5.0},
+        },
+        supports_check_mode=True,
+        required_if=[("action", "restore_volumes", ("object_url", "operator_image", "members"))],
+    )
+    p = module.params
+    step = None
+    try:
+        step = Restore(module, direct_client())
+        getattr(step, p["action"])()
+    except StepError as exc:
+        result = step.result if step else {"changed": False}
+        module.fail_json(msg=str(exc), reason=exc.reason, **result)
+    except (KubeError, KubeConfigError, ValueError, KeyError) as exc:
+        result = step.result if step else {"changed": False}
+        module.fail_json(
+            msg=f"EtcdRestore {p['namespace']}/{p['name']}: {p['action']} failed: {exc}",
+            reason="StepFailed",
+            **result,
+        )
+    module.exit_json(**step.result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""The object stores in the local cluster (MinIO, moto, fake-gcs-server), for backup tests.
+
+`object_stores` deploys hack/cluster/object-stores.yaml once per session (idempotent, shared with
+other sessions and with `make object-stores`; never removed: `make cluster-down` removes them),
+waits for every store, creates the bucket and yields a `StoreUnderTest` per store: the in-cluster
+URL the operator uses, a client on this host through the Service's ClusterIP, and the
+credentials Secret a test namespace needs."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from kubehelpers import ROOT
+
+sys.path.insert(0, str(ROOT / "hack" / "cluster"))
+import object_stores as stores_lib  # noqa: E402
+
+
+@dataclass
+class StoreUnderTest:
+    store: stores_lib.Store
+    client: Any  # boto3 S3 client or google.cloud.storage.Client, from this host
+    bucket: str = stores_lib.BUCKET
+
+    @property
+    def name(self) -> str:
+        return self.store.name
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def object_url(self, key: str) -> str:
+        return self.store.object_url(key, self.bucket)
+
+    def secret(self, name: str) -> dict | None:
+        """The credentials Secret for a backup to this store; None when it needs none."""
+        if self.store.credentials is None:
+            return None
+        return {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name},
+            "type": "Opaque",
+            "data": {
+                k: base64.b64encode(v.encode()).decode() for k, v in self.store.credentials.items()
+            },
+        }
+
+    def read(self, key: str) -> tuple[bytes, dict]:
+        """The object's bytes and user metadata, read from this host."""
+        if self.store.scheme == "s3":
+            obj = self.client.get_object(Bucket=self.bucket, Key=key)
+            return obj["Body"].read(), obj["Metadata"]
+        bucket = self.client.bucket(self.bucket)
+        blob = bucket.get_blob(key)
+        assert blob is not None, f"no object {key} in gs://{self.bucket}"
+        # A fresh blob, not the one just read: its mediaLink names the Service's DNS name
+        # (the server's -external-url), which only resolves inside the cluster.
+        body = bucket.blob(key).download_as_bytes(if_generation_match=blob.generation)
+        return body, blob.metadata or {}
+
+    def keys(self, prefix: str = "") -> list[str]:
+        if self.store.scheme == "s3":
+            listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix)
+            return [o["Key"] for o in listed.get("Contents", [])]
+        return [b.name for b in self.client.list_blobs(self.bucket, prefix=prefix)]
+
+    def ensure_bucket(self) -> None:
+        """A store pod that restarted is empty: call this before relying on the bucket."""
+        stores_lib.ensure_bucket(self.client, self.store, self.bucket)
+
+
+@pytest.fixture(scope="session")
+def object_stores(local_cluster) -> dict[str, StoreUnderTest]:
+    """Every store by name ("minio", "moto", "fake-gcs"), ready, with its bucket."""
+    try:
+        stores_lib.deploy(local_cluster)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    deployed = {}
+    for name, store in stores_lib.stores().items():
+        deployed[name] = StoreUnderTest(store, stores_lib.host_client(local_cluster, store))
+        deployed[name].ensure_bucket()
+    return deployed

@@ -1,0 +1,270 @@
+"""The verification pod's steps, run exactly as rendered (qk_verify.render_pod) but as host
+processes with real etcd 3.4/3.5/3.6 binaries and a real S3 server (moto): the command lines of
+every container are checked against each etcd version without a Kubernetes cluster. The e2e
+tests run the same pod on the local cluster."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import time
+
+import boto3
+import pytest
+from ansible.module_utils.qk_etcd import EtcdClient
+from ansible.module_utils.qk_helper_pods import container_failure
+from ansible.module_utils.qk_verify import (
+    container_failed,
+    judge,
+    parse_snapshot_status,
+    render_pod,
+)
+from moto.server import ThreadedMotoServer
+
+import etcdharness
+
+CREDENTIALS = {"AWS_ACCESS_KEY_ID": "verify-key", "AWS_SECRET_ACCESS_KEY": "verify-secret"}
+BUCKET = "verify"
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    port = etcdharness.free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3(s3_endpoint):
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def take_backup(run_module, cluster, s3_endpoint, key):
+    """An EtcdBackup as the role records it, from a real etcd_snapshot run."""
+    url = f"s3://{BUCKET}/{key}?endpoint={s3_endpoint}&region=us-east-1"
+    res = run_module(
+        "etcd_snapshot",
+        {"endpoints": cluster.running_endpoints(), "object_url": url, "credentials": CREDENTIALS},
+    )
+    assert not res["failed"], res.get("msg")
+    return res, {
+        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+        "kind": "EtcdBackup",
+        "metadata": {"name": "b", "namespace": "ns", "uid": "1234567890"},
+        "spec": {
+            "source": {"clusterURL": cluster.running_endpoints()[0]},
+            "destination": {"objectURLTemplate": url, "credentialsSecret": "creds"},
+        },
+        "status": {
+            "phase": "Completed",
+            "objectURL": res["object_url"],
+            "sha256": res["sha256"],
+            "etcdVersion": res["etcd_version"],
+            "revision": res["revision"],
+            "keys": res["keys"],
+        },
+    }
+
+
+class LocalPod:
+    """Runs a rendered pod's containers as processes: volume paths, the image's /usr/local/bin,
+    the operator image's plugins and the loopback peer port are mapped onto this host."""
+
+    def __init__(self, pod, etcd_version, tmp_path, client_port):
+        self.pod, self.base = pod, tmp_path
+        self.bin_dir = etcdharness.etcd_binary(etcd_version).parent
+        self.client_port = client_port
+        creds = tmp_path / "store"
+        creds.mkdir()
+        for key, value in CREDENTIALS.items():
+            (creds / key).write_text(value)
+        for volume in ("snapshot", "scratch"):
+            (tmp_path / volume).mkdir()
+        self.paths = {
+            "/var/run/secrets/quorumkeeper/store": str(creds),
+            "/opt/ansible/plugins/module_utils": str(etcdharness.REPO / "plugins/module_utils"),
+            "/usr/local/bin": str(self.bin_dir),
+            "/snapshot": str(tmp_path / "snapshot"),
+            "/scratch": str(tmp_path / "scratch"),
+            "127.0.0.1:2380": f"127.0.0.1:{etcdharness.free_port()}",
+            "$(POD_IP)": "127.0.0.1",
+        }
+        self.logs = {}
+        self.etcd = None
+
+    def argv(self, container):
+        out = []
+        for arg in container["command"]:
+            for old, new in self.paths.items():
+                # Paths are mapped where they start an argument or a --flag= value only.
+                arg = re.sub(rf"(^|=){re.escape(old)}(?=/|$)", lambda m, n=new: m[1] + n, arg)
+                if not old.startswith("/"):
+                    arg = arg.replace(old, new)
+            out.append(sys.executable if arg == "python3" else arg)
+        return out
+
+    def env(self, container):
+        env = {"PATH": "/usr/bin:/bin", "HOME": str(self.base)}
+        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+        return env
+
+    def run_init(self):
+        """Run the init containers in order; the pod as its status would show them."""
+        statuses = []
+        for container in self.pod["spec"]["initContainers"]:
+            done = subprocess.run(
+                self.argv(container),
+                env=self.env(container),
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            self.logs[container["name"]] = done.stdout + done.stderr
+            statuses.append(
+                {
+                    "name": container["name"],
+                    "state": {"terminated": {"exitCode": done.returncode}},
+                }
+            )
+            if done.returncode:
+                break
+        return {"status": {"initContainerStatuses": statuses}}
+
+    def start_etcd(self):
+        (container,) = self.pod["spec"]["containers"]
+        log = open(self.base / "etcd.log", "wb")  # noqa: SIM115 - closed with the process
+        self.etcd = subprocess.Popen(
+            self.argv(container), env=self.env(container), stdout=log, stderr=subprocess.STDOUT
+        )
+        log.close()
+        return f"http://127.0.0.1:{self.client_port}"
+
+    def stop(self):
+        if self.etcd and self.etcd.poll() is None:
+            self.etcd.kill()
+            self.etcd.wait(10)
+
+
+@pytest.fixture
+def local_pod(tmp_path):
+    pods = []
+
+    def make(backup, etcd_version):
+        port = etcdharness.free_port()
+        pod = render_pod(backup, "operator-image", f"etcd:v{etcd_version}", client_port=port)
+        pods.append(LocalPod(pod, etcd_version, tmp_path, port))
+        return pods[-1]
+
+    yield make
+    for pod in pods:
+        pod.stop()
+
+
+def served(endpoint, recorded_revision, deadline=30):
+    end = time.monotonic() + deadline
+    while True:
+        try:
+            with EtcdClient([endpoint], timeout=2) as client:
+                keys, revision = client.key_count(endpoint)
+                at_recorded, _ = client.key_count(endpoint, recorded_revision)
+                return {"revision": revision, "keys": keys}, at_recorded
+        except Exception:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
+
+
+def test_snapshot_records_the_key_count_at_its_revision(etcd_factory, run_module, s3, s3_endpoint):
+    cluster = etcd_factory(1)
+    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+        for i in range(12):
+            client.put(f"/k/{i}", "v")
+    res, _ = take_backup(run_module, cluster, s3_endpoint, "count.db")
+    assert res["keys"] == 12
+    assert res["revision"] == 13
+
+
+def test_verification_steps_restore_and_serve_the_backup(
+    etcd_factory, etcd_version, run_module, s3, s3_endpoint, local_pod
+):
+    cluster = etcd_factory(3)
+    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+        for i in range(40):
+            client.put(f"/data/{i:03d}", f"value-{i}")
+    res, backup = take_backup(run_module, cluster, s3_endpoint, f"{etcd_version}.db")
+    assert res["keys"] == 40
+    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+        client.put("/after/the/backup", "not in the snapshot")
+
+    pod = local_pod(backup, etcd_version)
+    state = pod.run_init()
+    assert container_failure(state) is None, pod.logs
+    snapshot = parse_snapshot_status(pod.logs["status"])
+    assert snapshot is not None, pod.logs["status"]
+    now, at_recorded = served(pod.start_etcd(), res["revision"])
+    assert judge(snapshot, now, res["revision"], res["keys"], at_recorded) is None
+    assert now["keys"] == 40 and at_recorded == 40
+    assert now["revision"] == snapshot["revision"] >= res["revision"]
+    with EtcdClient([f"http://127.0.0.1:{pod.client_port}"], timeout=5) as client:
+        assert client.get("/data/007") == b"value-7"
+        assert client.get("/after/the/backup") is None
+
+
+def test_a_damaged_snapshot_with_a_matching_sha256_is_refused_by_etcds_own_hash(
+    etcd_factory, etcd_version, run_module, s3, s3_endpoint, local_pod
+):
+    """The store's copy is damaged and its recorded SHA-256 was rewritten to match (what a
+    tampered object looks like): fetch passes; etcd's integrity hash in the snapshot does not."""
+    cluster = etcd_factory(1)
+    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+        for i in range(20):
+            client.put(f"/data/{i}", "v" * 100)
+    _, backup = take_backup(run_module, cluster, s3_endpoint, "damaged.db")
+    body = bytearray(s3.get_object(Bucket=BUCKET, Key="damaged.db")["Body"].read())
+    body[len(body) // 2] ^= 0x01
+    s3.put_object(Bucket=BUCKET, Key="damaged.db", Body=bytes(body))
+    backup["status"]["sha256"] = hashlib.sha256(bytes(body)).hexdigest()
+
+    pod = local_pod(backup, etcd_version)
+    failed = container_failure(pod.run_init())
+    assert failed is not None and failed["container"] in ("status", "restore"), pod.logs
+    verdict = container_failed(
+        failed,
+        pod.logs[failed["container"]],
+        {"object_url": backup["status"]["objectURL"], "version": etcd_version, "pod": "p"},
+    )
+    assert verdict["reason"] in ("SnapshotCorrupt", "RestoreFailed")
+    assert not verdict["retryable"]
+
+
+def test_fetch_step_refuses_bytes_other_than_the_recorded_ones(
+    etcd_factory, etcd_version, run_module, s3, s3_endpoint, local_pod
+):
+    cluster = etcd_factory(1)
+    _, backup = take_backup(run_module, cluster, s3_endpoint, "other.db")
+    backup["status"]["sha256"] = "0" * 64
+    pod = local_pod(backup, etcd_version)
+    failed = container_failure(pod.run_init())
+    assert failed["container"] == "fetch" and failed["exit_code"] == 3, pod.logs
+    verdict = container_failed(
+        failed,
+        pod.logs["fetch"],
+        {"object_url": backup["status"]["objectURL"], "version": etcd_version, "pod": "p"},
+    )
+    assert verdict["reason"] == "SHA256Mismatch"
+    assert "0" * 64 in verdict["message"]
