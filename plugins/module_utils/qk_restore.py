@@ -50,6 +50,7 @@ from ansible.module_utils.qk_members import (
     render_pvc,
     render_replicaset,
 )
+from ansible.module_utils.qk_verify import RETRYABLE_REASONS
 
 API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
 # On the EtcdCluster and the PVCs a restore creates (annotation), and on its pods (label).
@@ -65,6 +66,8 @@ FINAL_REASONS = {
     "InvalidSource",
     "SnapshotHashMismatch",
     "RestoreFailed",
+    # The backup's verification proved the snapshot bad; a backup never changes after that.
+    "BackupNotVerified",
 }
 # The etcdcluster role's restore pods: waiting reasons that will not clear by themselves.
 STUCK_REASONS = IMAGE_PROBLEMS | CONFIG_PROBLEMS
@@ -122,10 +125,12 @@ def resolve_source(restore, backup=None, parse_url=None):
         if phase != "Completed" or not backup_status.get("objectURL"):
             source["waiting"] = f"waiting for {what} to complete (it is {phase})"
             return source
-        # Its read-back verification found it cannot be restored; one still under way (or
-        # disabled) is no reason to wait: the restore checks the bytes itself.
+        # Its read-back verification found it cannot be restored. One still under way (or
+        # disabled), or one that could not run (store or pod trouble, retried by the backup),
+        # says nothing about the snapshot and is no reason to wait: the restore checks the
+        # bytes itself.
         verified = _condition(backup, "Verified")
-        if verified.get("status") == "False":
+        if verified.get("status") == "False" and verified.get("reason") not in RETRYABLE_REASONS:
             source["error"] = {
                 "reason": "BackupNotVerified",
                 "message": f"{what} failed its verification: "

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from backuphelpers import moto_server, s3_client
 from kubehelpers import CACHE, CLUSTERS, PEERS, ROOT, wait_until
 from objectstores import object_stores  # noqa: F401 - the session fixture, for every e2e test
 
@@ -199,3 +200,24 @@ class EtcdClusterDriver:
 @pytest.fixture
 def etcd_cluster(operator, namespace):
     return EtcdClusterDriver(operator, namespace)
+
+
+@pytest.fixture(scope="module")
+def s3_port():
+    """A moto S3 server on this host for the test module, reached by pods through
+    backuphelpers.HOST_FROM_PODS; its port."""
+    with moto_server() as port:
+        yield port
+
+
+@pytest.fixture
+def s3(request, s3_port):
+    """A boto3 client of ``s3_port`` with the test module's ``BUCKET`` created; the bucket is
+    emptied and deleted afterwards."""
+    bucket = request.module.BUCKET
+    client = s3_client(s3_port)
+    client.create_bucket(Bucket=bucket)
+    yield client
+    for obj in client.list_objects_v2(Bucket=bucket).get("Contents", []):
+        client.delete_object(Bucket=bucket, Key=obj["Key"])
+    client.delete_bucket(Bucket=bucket)

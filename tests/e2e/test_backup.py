@@ -6,99 +6,39 @@ etcd of its version (3.6 and 3.4 here), or refused when the store returns other 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import socket
-import subprocess
 import sys
 
-import boto3
 import pytest
+from backuphelpers import (
+    HOST_FROM_PODS,
+    KEYS,
+    UID_KEY,
+    credentials_secret,
+    moto_server,
+    object_url,
+    snapshot_status,
+    wait_backup,
+)
+from backuphelpers import backup_manifest as backup
 from damaging_s3 import DamagingMotoServer
-from kubehelpers import BACKUPS, CACHE, ROOT, STATE, wait_until
-from moto.server import ThreadedMotoServer
+from kubehelpers import BACKUPS, ROOT, STATE, wait_until
 
 sys.path.insert(0, str(ROOT / "tests" / "modules"))
 import etcdharness  # noqa: E402
 
-# The host as pods see it: the gateway of the local cluster's pod bridge.
-HOST_FROM_PODS = "10.213.0.1"
 BUCKET = "etcd-backups"
-KEYS = {"AWS_ACCESS_KEY_ID": "e2e-key", "AWS_SECRET_ACCESS_KEY": "e2e-secret"}
-
-
-@pytest.fixture(scope="module")
-def s3_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
-    server.start()
-    yield port
-    server.stop()
 
 
 @pytest.fixture(scope="module")
 def damaging_s3_port(s3_port):
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    server = DamagingMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
-    server.start()
-    yield port
-    server.stop()
+    with moto_server(DamagingMotoServer) as port:
+        yield port
 
 
-@pytest.fixture
-def s3(s3_port):
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{s3_port}",
-        region_name="us-east-1",
-        aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    client.delete_bucket(Bucket=BUCKET)
-
-
-def backup(name, source, template, secret="s3-credentials", **spec):
-    destination = {"objectURLTemplate": template}
-    if secret:
-        destination["credentialsSecret"] = secret
-    return {
-        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-        "kind": "EtcdBackup",
-        "metadata": {"name": name},
-        "spec": {"source": source, "destination": destination, **spec},
-    }
-
-
-def template(port, key="{{ .Namespace }}/{{ .ClusterName }}/{{ .UID }}.db"):
-    return f"s3://{BUCKET}/{key}?endpoint=http://{HOST_FROM_PODS}:{port}&region=us-east-1"
-
-
-def credentials_secret():
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": "s3-credentials"},
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in KEYS.items()},
-    }
-
-
-def wait_phase(kube, namespace, name, phase, timeout=120):
-    def reached():
-        obj = kube.get(BACKUPS, name, namespace=namespace)
-        status = obj.get("status") or {}
-        return status if status.get("phase") == phase else None
-
-    return wait_until(f"EtcdBackup {name} {phase}", reached, timeout)
+def template(port, key=UID_KEY):
+    return object_url(BUCKET, port, key)
 
 
 def wait_verified(kube, namespace, name, status="True", timeout=180):
@@ -130,13 +70,9 @@ def test_backup_of_a_cluster_is_streamed_checksummed_and_restorable(
     for i in range(20):
         etcd_cluster.put(f"/backup/{i}", f"v{i}")
     kube.apply(credentials_secret(), namespace=ns)
-    template = (
-        f"s3://{BUCKET}/{{{{ .Namespace }}}}/{{{{ .ClusterName }}}}/{{{{ .UID }}}}.db"
-        f"?endpoint=http://{HOST_FROM_PODS}:{s3_port}&region=us-east-1"
-    )
-    kube.apply(backup("nightly", {"clusterName": "e2e"}, template), namespace=ns)
+    kube.apply(backup("nightly", {"clusterName": "e2e"}, template(s3_port)), namespace=ns)
 
-    status = wait_phase(kube, ns, "nightly", "Completed")
+    status = wait_backup(kube, ns, "nightly", "Completed", 120)
     uid = kube.get(BACKUPS, "nightly", namespace=ns)["metadata"]["uid"]
     assert status["objectURL"].startswith(f"s3://{BUCKET}/{ns}/e2e/{uid}.db?endpoint=")
     leader = etcd_cluster.get()["status"]["leader"]
@@ -150,16 +86,7 @@ def test_backup_of_a_cluster_is_streamed_checksummed_and_restorable(
     body = obj["Body"].read()
     assert len(body) == status["size"]
     assert hashlib.sha256(body).hexdigest() == status["sha256"] == obj["Metadata"]["sha256"]
-    path = tmp_path / "snapshot.db"
-    path.write_bytes(body)
-    checked = subprocess.run(
-        [str(CACHE / "bin/etcd-v3.6.16/etcdutl"), "snapshot", "status", str(path), "-w", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    snapshot = json.loads(checked.stdout)
+    snapshot = snapshot_status(body, tmp_path)
     assert snapshot["revision"] >= status["revision"] >= 21
     assert snapshot["totalKey"] >= 20
     assert status["keys"] == 20, "keys at the recorded revision"
@@ -191,7 +118,7 @@ def test_backup_of_a_missing_cluster_fails_with_a_reason(etcd_cluster, s3, s3_po
     kube.apply(credentials_secret(), namespace=ns)
     template = f"s3://{BUCKET}/x.db?endpoint=http://{HOST_FROM_PODS}:{s3_port}"
     kube.apply(backup("orphan", {"clusterName": "no-such-cluster"}, template), namespace=ns)
-    status = wait_phase(kube, ns, "orphan", "Failed")
+    status = wait_backup(kube, ns, "orphan", "Failed", 120)
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
     assert failed["status"] == "True" and failed["reason"] == "SnapshotFailed"
     assert "EtcdCluster" in failed["message"] and "does not exist" in failed["message"]
@@ -212,7 +139,7 @@ def test_backup_with_a_missing_secret_names_it(etcd_cluster, s3_port):
         backup("nosecret", {"clusterURL": "http://127.0.0.1:2379"}, template, secret="absent"),
         namespace=ns,
     )
-    status = wait_phase(kube, ns, "nosecret", "Failed")
+    status = wait_backup(kube, ns, "nosecret", "Failed", 120)
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
     assert f"Secret {ns}/absent" in failed["message"]
 
@@ -259,7 +186,7 @@ def test_verification_on_etcd_34_refuses_a_damaged_object_and_can_be_turned_off(
     assert warnings[0]["type"] == "Warning"
     wait_until("the verification pods deleted", lambda: not verify_pods(kube, ns), 30)
 
-    unchecked = wait_phase(kube, ns, "unchecked", "Completed")
+    unchecked = wait_backup(kube, ns, "unchecked", "Completed", 120)
     condition = verified_condition(unchecked)
     assert (condition["status"], condition["reason"]) == ("Unknown", "VerificationDisabled")
     # Final: the damaged backup is not tried again, the unchecked one never verified.
@@ -282,7 +209,7 @@ def test_verify_module_names_each_failure_and_what_to_do(etcd_cluster, s3, s3_po
         backup("manual", {"clusterName": "e2e"}, template(s3_port, "manual.db"), verify=False),
         namespace=ns,
     )
-    recorded = wait_phase(kube, ns, "manual", "Completed")
+    recorded = wait_backup(kube, ns, "manual", "Completed", 120)
     run = etcdharness.ModuleRunner(tmp_path / "ansible")
 
     def verify(**status):

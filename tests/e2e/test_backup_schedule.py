@@ -5,52 +5,18 @@ the schedule up again."""
 
 from __future__ import annotations
 
-import base64
 import datetime
 import json
-import socket
 import time
 
-import boto3
-import pytest
+from backuphelpers import KEYS, credentials_secret, object_url
 from kubehelpers import BACKUPS, wait_until
-from moto.server import ThreadedMotoServer
 
 OPERATOR_NAMESPACE = "quorumkeeper-system"
 SCHEDULES = "etcdbackupschedules.etcd.quorumkeeper.dev"
 LABEL = "etcd.quorumkeeper.dev/schedule"
 SCHEDULED = "etcd.quorumkeeper.dev/scheduled-time"
-# The host as pods see it: the gateway of the local cluster's pod bridge.
-HOST_FROM_PODS = "10.213.0.1"
 BUCKET = "etcd-scheduled"
-KEYS = {"AWS_ACCESS_KEY_ID": "e2e-key", "AWS_SECRET_ACCESS_KEY": "e2e-secret"}
-
-
-@pytest.fixture(scope="module")
-def s3_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
-    server.start()
-    yield port
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_port):
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{s3_port}",
-        region_name="us-east-1",
-        aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    client.delete_bucket(Bucket=BUCKET)
 
 
 def stored_keys(s3):
@@ -109,19 +75,7 @@ def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster,
     etcd_cluster.create(1)
     etcd_cluster.wait_available(1)
     etcd_cluster.put("/scheduled", "yes")
-    kube.apply(
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": "s3-credentials"},
-            "data": {k: base64.b64encode(v.encode()).decode() for k, v in KEYS.items()},
-        },
-        namespace=ns,
-    )
-    template = (
-        f"s3://{BUCKET}/{{{{ .Namespace }}}}/{{{{ .ClusterName }}}}/{{{{ .UID }}}}.db"
-        f"?endpoint=http://{HOST_FROM_PODS}:{s3_port}&region=us-east-1"
-    )
+    kube.apply(credentials_secret(), namespace=ns)
     kube.apply(
         {
             "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
@@ -132,7 +86,7 @@ def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster,
                 "backupTemplate": {
                     "source": {"clusterName": "e2e"},
                     "destination": {
-                        "objectURLTemplate": template,
+                        "objectURLTemplate": object_url(BUCKET, s3_port),
                         "credentialsSecret": "s3-credentials",
                     },
                 },

@@ -6,55 +6,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 
 import pytest
-from kubehelpers import BACKUPS, CACHE, WaitTimeout, wait_until
+from backuphelpers import UID_KEY, backup_manifest, snapshot_status, wait_backup
+from kubehelpers import BACKUPS, wait_until
 
 CLUSTER = "e2e"
-KEY = "{{ .Namespace }}/{{ .ClusterName }}/{{ .UID }}.db"
-
-
-def backup_manifest(name: str, object_url: str, secret: str | None) -> dict:
-    destination = {"objectURLTemplate": object_url}
-    if secret:
-        destination["credentialsSecret"] = secret
-    return {
-        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-        "kind": "EtcdBackup",
-        "metadata": {"name": name},
-        "spec": {"source": {"clusterName": CLUSTER}, "destination": destination},
-    }
-
-
-def wait_backup(kube, namespace: str, name: str, phase: str, timeout: float = 150) -> dict:
-    seen: list[dict] = []
-
-    def reached():
-        status = kube.get(BACKUPS, name, namespace=namespace).get("status") or {}
-        seen.append(status)
-        return status if status.get("phase") == phase else None
-
-    try:
-        return wait_until(f"EtcdBackup {name} {phase}", reached, timeout)
-    except WaitTimeout as timeout_error:
-        raise AssertionError(
-            f"EtcdBackup {name} not {phase}; last status: {json.dumps(seen[-1:])}"
-        ) from timeout_error
-
-
-def snapshot_status(body: bytes, tmp_path) -> dict:
-    """What etcd's own tool reads from the snapshot (it checks the file's integrity hash)."""
-    path = tmp_path / "snapshot.db"
-    path.write_bytes(body)
-    checked = subprocess.run(
-        [str(CACHE / "bin/etcd-v3.6.16/etcdutl"), "snapshot", "status", str(path), "-w", "json"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    return json.loads(checked.stdout)
+KEY = UID_KEY
 
 
 @pytest.mark.parametrize("store_name", ["minio", "moto", "fake-gcs"])
@@ -70,11 +28,16 @@ def test_backup_to_a_store_in_the_cluster(etcd_cluster, object_stores, store_nam
     if secret:
         kube.apply(secret, namespace=ns)
     kube.apply(
-        backup_manifest("to-store", store.object_url(KEY), secret and "store-credentials"),
+        backup_manifest(
+            "to-store",
+            {"clusterName": CLUSTER},
+            store.object_url(KEY),
+            secret and "store-credentials",
+        ),
         namespace=ns,
     )
 
-    status = wait_backup(kube, ns, "to-store", "Completed")
+    status = wait_backup(kube, ns, "to-store", "Completed", 150)
     uid = kube.get(BACKUPS, "to-store", namespace=ns)["metadata"]["uid"]
     key = f"{ns}/{CLUSTER}/{uid}.db"
     assert status["objectURL"] == store.object_url(key)
@@ -101,10 +64,13 @@ def test_backup_to_minio_with_a_wrong_secret_key_fails_with_minios_words(
     secret["data"]["AWS_SECRET_ACCESS_KEY"] = wrong
     kube.apply(secret, namespace=ns)
     kube.apply(
-        backup_manifest("wrong-key", store.object_url(KEY), "wrong-credentials"), namespace=ns
+        backup_manifest(
+            "wrong-key", {"clusterName": CLUSTER}, store.object_url(KEY), "wrong-credentials"
+        ),
+        namespace=ns,
     )
 
-    status = wait_backup(kube, ns, "wrong-key", "Failed")
+    status = wait_backup(kube, ns, "wrong-key", "Failed", 150)
     failed = {c["type"]: c for c in status["conditions"]}["Failed"]
     assert failed["status"] == "True"
     assert "SignatureDoesNotMatch" in failed["message"], failed["message"]

@@ -8,15 +8,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import socket
 import subprocess
 import sys
 import time
 
-import boto3
 import pytest
-from kubehelpers import BACKUPS, CACHE, CLUSTERS, ROOT, wait_until
-from moto.server import ThreadedMotoServer
+from backuphelpers import KEYS, SECRET, backup_manifest, credentials_secret, object_url, wait_backup
+from kubehelpers import CACHE, CLUSTERS, ROOT, wait_until
 
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 import faults  # noqa: E402
@@ -25,11 +23,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(1200)]
 
 RESTORES = "etcdrestores.etcd.quorumkeeper.dev"
 OPERATOR_NAMESPACE = "quorumkeeper-system"
-# The host as pods see it: the gateway of the local cluster's pod bridge.
-HOST_FROM_PODS = "10.213.0.1"
 BUCKET = "etcd-restores"
-KEYS = {"AWS_ACCESS_KEY_ID": "e2e-key", "AWS_SECRET_ACCESS_KEY": "e2e-secret"}
-SECRET = "s3-credentials"
 RESTORE_KEY = "etcd.quorumkeeper.dev/restore"
 
 
@@ -43,70 +37,13 @@ def cluster_named(etcd_cluster):
     return make
 
 
-@pytest.fixture(scope="module")
-def s3_port():
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="0.0.0.0", port=port, verbose=False)  # noqa: S104
-    server.start()
-    yield port
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_port):
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{s3_port}",
-        region_name="us-east-1",
-        aws_access_key_id=KEYS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=KEYS["AWS_SECRET_ACCESS_KEY"],
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    client.delete_bucket(Bucket=BUCKET)
-
-
-def object_url(port, key, bucket=BUCKET):
-    return f"s3://{bucket}/{key}?endpoint=http://{HOST_FROM_PODS}:{port}&region=us-east-1"
-
-
-def credentials_secret():
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": SECRET},
-        "type": "Opaque",
-        "data": {k: base64.b64encode(v.encode()).decode() for k, v in KEYS.items()},
-    }
-
-
 def backup_of(driver, name, port):
     """An EtcdBackup of ``driver``'s cluster, Completed; its status."""
+    template = object_url(BUCKET, port, f"{{{{ .Namespace }}}}/{name}.db")
     driver.kube.apply(
-        {
-            "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-            "kind": "EtcdBackup",
-            "metadata": {"name": name},
-            "spec": {
-                "source": {"clusterName": driver.name},
-                "destination": {
-                    "objectURLTemplate": object_url(port, f"{{{{ .Namespace }}}}/{name}.db"),
-                    "credentialsSecret": SECRET,
-                },
-            },
-        },
-        namespace=driver.namespace,
+        backup_manifest(name, {"clusterName": driver.name}, template), namespace=driver.namespace
     )
-
-    def completed():
-        status = driver.kube.get(BACKUPS, name, driver.namespace).get("status") or {}
-        return status if status.get("phase") == "Completed" else None
-
-    return wait_until(f"EtcdBackup {name} Completed", completed, 180)
+    return wait_backup(driver.kube, driver.namespace, name, "Completed", 180)
 
 
 def restore(name, cluster, template, source):
@@ -249,7 +186,7 @@ def test_refusals_touch_nothing(etcd_cluster, s3, s3_port):
         namespace=ns,
     )
     pvc_uid = kube.get("pvc", "taken-1", ns)["metadata"]["uid"]
-    good = {"objectURL": object_url(s3_port, "corrupt.db"), "credentialsSecret": SECRET}
+    good = {"objectURL": object_url(BUCKET, s3_port, "corrupt.db"), "credentialsSecret": SECRET}
     cases = {
         # name: (cluster, source, reason, words in the message)
         "onto-existing": ("e2e", good, "ClusterExists", "already exists"),
@@ -257,14 +194,14 @@ def test_refusals_touch_nothing(etcd_cluster, s3, s3_port):
         "corrupt": ("fresh", good, "SnapshotHashMismatch", "0" * 64),
         "no-object": (
             "fresh2",
-            {"objectURL": object_url(s3_port, "absent.db"), "credentialsSecret": SECRET},
+            {"objectURL": object_url(BUCKET, s3_port, "absent.db"), "credentialsSecret": SECRET},
             "ObjectUnreadable",
             "NoSuchKey",
         ),
         "no-bucket": (
             "fresh3",
             {
-                "objectURL": object_url(s3_port, "x.db", "no-such-bucket"),
+                "objectURL": object_url("no-such-bucket", s3_port, "x.db"),
                 "credentialsSecret": SECRET,
             },
             "ObjectUnreadable",
@@ -338,7 +275,7 @@ def test_restore_of_an_etcd_34_snapshot(etcd_cluster, cluster_named, s3, s3_port
             "v34",
             "old-again",
             template,
-            {"objectURL": object_url(s3_port, f"{ns}/v34.db"), "credentialsSecret": SECRET},
+            {"objectURL": object_url(BUCKET, s3_port, f"{ns}/v34.db"), "credentialsSecret": SECRET},
         ),
         namespace=ns,
     )
@@ -361,7 +298,7 @@ def test_a_failed_restore_pod_fails_the_restore_and_deletes_its_volumes(etcd_clu
         Body=body,
         Metadata={"sha256": hashlib.sha256(body).hexdigest()},
     )
-    source = {"objectURL": object_url(s3_port, "garbage.db"), "credentialsSecret": SECRET}
+    source = {"objectURL": object_url(BUCKET, s3_port, "garbage.db"), "credentialsSecret": SECRET}
     kube.apply(restore("garbage", "never", etcd_cluster.manifest(3)["spec"], source), namespace=ns)
     failed = failed_condition(wait_restore(kube, ns, "garbage", "Failed", timeout=180))
     assert failed["reason"] == "RestoreFailed", failed

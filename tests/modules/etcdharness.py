@@ -65,6 +65,22 @@ def free_port():
             return port
 
 
+def snapshot_status(etcd_version, path):
+    """What etcd's own tool (etcdutl; etcdctl on 3.4, which has no etcdutl) reads from a snapshot
+    file: it checks the file's integrity hash."""
+    bin_dir = etcd_binary(etcd_version).parent
+    tool = bin_dir / "etcdutl" if (bin_dir / "etcdutl").exists() else bin_dir / "etcdctl"
+    out = subprocess.run(
+        [str(tool), "snapshot", "status", str(path), "--write-out=json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
+        check=True,
+    )
+    return json.loads(out.stdout)
+
+
 def http_json(url, timeout=2.0):
     with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback test URL
         return json.loads(resp.read().decode())

