@@ -9,16 +9,22 @@ DOCUMENTATION = r"""
 module: etcd_cluster_observe
 short_description: Observe an EtcdCluster in one call - its peers, pods, volumes, Services and etcd
 description:
-  - Everything the etcdcluster role decides from, in one process: the cluster's EtcdPeers, the
+  - >-
+    Everything the etcdcluster role decides from, in one process: the cluster's EtcdPeers, the
     pod and PersistentVolumeClaim of each, whether its Services exist, and etcd's own member
     list with per-member health, leader and quorum.
-  - Reads go through ansible-operator's proxy (its informer cache) where a watch is wanted: a
+  - >-
+    Reads go through ansible-operator's proxy (its informer cache) where a watch is wanted: a
     single-object read of a claim or of the client Service's Endpoints carrying the
     C(operator-sdk/primary-resource) annotations makes ansible-operator watch that kind, so a
     deleted claim or a member's pod becoming (un)ready triggers the next reconcile. Pods and
     ReplicaSets are listed from the API server itself: fresh, and no cluster-wide pod cache.
-  - A claim that looks gone in the cache is read again from the API server before it is
+  - >-
+    A claim that looks gone in the cache is read again from the API server before it is
     reported gone: data loss is never decided on a stale read.
+  - Only when etcd answers but has no healthy quorum, the namespace's EtcdBackups are listed
+    (one call to the API server) and those of this cluster summarized, so that the status can
+    name the backup to restore from; a healthy cluster's reconcile never pays for it.
   - Never changes anything.
 options:
   name:
@@ -98,6 +104,15 @@ endpoints:
     that route their changes to this EtcdCluster (C(annotated)).
   type: dict
   returned: always
+backups:
+  description: >-
+    Only when etcd answers without a healthy quorum: this cluster's EtcdBackups
+    (C(spec.source.clusterName)), each with name, phase, revision, completion_time, verified
+    (the C(Verified) condition's status) and verification_failed (the verification found the
+    snapshot bad); null when they could not be listed (C(backups_error) says why).
+  type: list
+  elements: dict
+  returned: when etcd answers without a healthy quorum
 etcd:
   description: What etcd says, as etcd_cluster_info returns it (reachable, members, leader, quorum,
     healthy, cluster_version, endpoint_errors).
@@ -127,6 +142,7 @@ from ansible.module_utils.qk_members import (
     summarize_pvc,
     summarize_replicaset,
 )
+from ansible.module_utils.qk_verify import RETRYABLE_REASONS
 
 UNREACHABLE = {
     "reachable": False,
@@ -249,6 +265,36 @@ def observe_etcd(p, peers):
         return dict(UNREACHABLE, endpoint_errors=exc.errors)
 
 
+def backup_summary(backup):
+    status = backup.get("status") or {}
+    verified = next((c for c in status.get("conditions") or [] if c.get("type") == "Verified"), {})
+    return {
+        "name": backup["metadata"]["name"],
+        "phase": status.get("phase") or "Pending",
+        "revision": status.get("revision"),
+        "completion_time": status.get("completionTime") or "",
+        "verified": verified.get("status") or "",
+        # Found bad (not merely unable to run): a restore refuses it.
+        "verification_failed": verified.get("status") == "False"
+        and verified.get("reason") not in RETRYABLE_REASONS,
+    }
+
+
+def observe_backups(p, direct):
+    """This cluster's EtcdBackups, summarized: what a person could restore from."""
+    try:
+        items = direct.list(p["api_version"], "EtcdBackup", p["namespace"])
+    except KubeError as exc:
+        return {"backups": None, "backups_error": str(exc)}
+    return {
+        "backups": [
+            backup_summary(b)
+            for b in items
+            if ((b.get("spec") or {}).get("source") or {}).get("clusterName") == p["name"]
+        ]
+    }
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -272,6 +318,9 @@ def main():
     except (KubeConfigError, KubeError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
     observed["etcd"] = observe_etcd(p, observed["peers"])
+    if observed["etcd"]["reachable"] and not observed["etcd"]["healthy"]:
+        # Without a quorum only: the status names the backup a person can restore from.
+        observed.update(observe_backups(p, direct))
     module.exit_json(changed=False, **observed)
 
 

@@ -16,6 +16,8 @@ Steps, in priority order:
 - bootstrap: no member answers and the peers (if any) all belong to the initial bootstrap: create
   the missing initial peers with the same static initial cluster.
 - wait: nothing can be done safely now (no quorum, unhealthy members, a learner still starting).
+  Without a quorum the message says whether waiting helps (members down, data intact) or not (a
+  majority lost its data: which member still holds data, and the backup to restore from).
 - create_peer: etcd has a member (a learner we added) with no EtcdPeer: the operator was
   interrupted between adding the member and creating its peer.
 - replace_member: a peer whose data is gone (its claim was lost) or whose member was removed
@@ -167,13 +169,7 @@ def etcd_cluster_plan(observed: dict) -> dict:
             )
 
     if not info.get("healthy"):
-        return _step(
-            "wait",
-            "QuorumLost",
-            f"etcd has no healthy quorum ({quorum.get('healthy_voting', 0)} of "
-            f"{quorum.get('voting', len(voters))} voting members healthy); waiting",
-            "degraded",
-        )
+        return _quorum_lost(observed, cluster, voters, live_peers, pvcs, quorum)
 
     for name, peer in sorted(live_peers.items(), key=lambda item: ordinal_of(item[0])):
         lost = data_lost(peer, pvcs.get(name))
@@ -252,6 +248,130 @@ def etcd_cluster_plan(observed: dict) -> dict:
         )
 
     return _step("none", "ClusterReady", f"{len(voters)} healthy voting members", "steady")
+
+
+def _quorum_lost(observed, cluster, voters, peers, pvcs, quorum) -> dict:
+    """The wait without a quorum, saying what it waits for. Members that are merely down keep
+    their data, and quorum returns when enough of them come back. When too many voting members
+    lost their data (data_lost) for the rest ever to form a quorum, waiting is pointless: say
+    so, which member still holds data, and what a person should do (automatic disaster
+    recovery is opt-in; ``backups`` is etcd_cluster_observe's summary of this cluster's
+    EtcdBackups, looked up only without a quorum)."""
+    voting = quorum.get("voting", len(voters))
+    healthy_voting = quorum.get("healthy_voting", sum(1 for v in voters if v.get("healthy")))
+    required = quorum.get("required", voting // 2 + 1)
+    head = f"etcd has no healthy quorum ({healthy_voting} of {voting} voting members healthy)"
+    lost, down, survivors = [], [], []
+    for member in sorted(voters, key=lambda m: ordinal_of(member_peer_name(m, cluster))):
+        name = member_peer_name(member, cluster)
+        if name in peers and data_lost(peers[name], pvcs.get(name)):
+            lost.append(name)
+            continue
+        survivors.append(
+            {
+                "name": name,
+                "raft_index": member.get("raft_index") if member.get("healthy") else None,
+                "client_urls": list(member.get("client_urls") or []),
+            }
+        )
+        if not member.get("healthy"):
+            down.append(name)
+    if len(survivors) >= required:
+        need = required - (len(survivors) - len(down))
+        if need <= 0:
+            message = f"{head}: the members answer but have no leader; waiting for an election"
+        else:
+            if need < len(down):
+                which = "one of them does" if need == 1 else f"{need} of them do"
+            else:
+                which = "it does" if need == 1 else "they do"
+            message = (
+                f"{head}; waiting for {_members(down)} to come back ({_their(down)} data is "
+                f"intact); quorum returns when {which}"
+            )
+        if lost:
+            message += f"; {_members(lost)} lost {_their(lost)} data and will be replaced then"
+        return _step(
+            "wait", "QuorumLost", message, "degraded", quorum_lost={"data_lost": lost, "down": down}
+        )
+
+    backup = _best_backup(observed.get("backups"))
+    answering = [s for s in survivors if s["raft_index"] is not None]
+    newest = max(answering or survivors, key=lambda s: s["raft_index"] or 0, default=None)
+    if survivors:
+        held = ", ".join(
+            f"{s['name']} (raft index {s['raft_index']})"
+            if s["raft_index"] is not None
+            else f"{s['name']} (not answering)"
+            for s in survivors
+        )
+        still = f"only {held} still {'holds' if len(survivors) == 1 else 'hold'} data"
+    else:
+        still = "no member still holds data"
+    message = (
+        f"{head}, and waiting cannot bring it back: {_members(lost)} lost {_their(lost)} data "
+        f"(PVC gone); {still}. Automatic disaster recovery is off: "
+    )
+    if backup:
+        verified = "verified" if backup.get("verified") == "True" else "not verified"
+        message += (
+            f"restore the newest usable backup, EtcdBackup {backup['name']} (revision "
+            f"{backup.get('revision')}, completed {backup.get('completion_time')}, {verified}), "
+            "into a new cluster with an EtcdRestore (spec.source.backupName)"
+        )
+    elif observed.get("backups") is None:
+        message += (
+            "restore this cluster's newest completed EtcdBackup (kubectl get etcdbk) into a new "
+            "cluster with an EtcdRestore (spec.source.backupName)"
+        )
+    else:
+        message += "no completed EtcdBackup of this cluster exists"
+    if newest:
+        endpoint = next(iter(newest["client_urls"]), "")
+        message += (
+            f"; newer writes can only be rescued from {newest['name']}: "
+            if backup
+            else f"; to rescue the data of {newest['name']}, "
+        ) + (
+            f"run etcdctl{f' --endpoints={endpoint}' if endpoint else ''} snapshot save FILE, "
+            "upload FILE and restore it into a new cluster with an EtcdRestore "
+            "(spec.source.objectURL), or restart etcd on its data with --force-new-cluster"
+        )
+    return _step(
+        "wait",
+        "QuorumLost",
+        message,
+        "degraded",
+        quorum_lost={
+            "data_lost": lost,
+            "down": down,
+            "survivors": survivors,
+            "backup": backup["name"] if backup else "",
+        },
+    )
+
+
+def _members(names: list[str]) -> str:
+    return ("member " if len(names) == 1 else "members ") + ", ".join(names)
+
+
+def _their(names: list[str]) -> str:
+    return "its" if len(names) == 1 else "their"
+
+
+def _best_backup(backups: list[dict] | None) -> dict | None:
+    """The backup to restore: Completed and not found bad by its verification; a verified one
+    before any unverified one, then the newest."""
+    usable = [
+        b
+        for b in backups or []
+        if b.get("phase") == "Completed" and not b.get("verification_failed")
+    ]
+    return max(
+        usable,
+        key=lambda b: (b.get("verified") == "True", b.get("completion_time") or "", b["name"]),
+        default=None,
+    )
 
 
 def _never_started_with_another_image(observed: dict, peers: dict) -> list[str]:

@@ -421,3 +421,206 @@ def test_a_member_whose_data_is_lost_is_replaced_not_repaired():
 def test_steps_whose_result_shows_later_are_not_observed_right_after():
     assert plan(observed(3, []))["observe_after"] is False
     assert "observe_after" not in plan(observed(5, started(3), healthy(3)))
+
+
+# -- quorum lost: what a person should know and do ------------------------------------------------
+
+
+def quorum_lost_observation(down=(1, 2), lost=(), backups=None, raft_index=1234):
+    """3 members, those in ``down`` not answering, those in ``lost`` with their claim gone."""
+    members = [member(i, leader=False, healthy=i not in down) for i in range(3)]
+    for m in members:
+        m["raft_index"] = raft_index if m["healthy"] else None
+        m["client_urls"] = [f"http://{m['name']}.c.ns.svc.cluster.local:2379"]
+    observation = observed(3, started(3), members)
+    for i in lost:
+        observation["pvcs"][f"c-{i}"] = pvc(exists=False)
+    if backups is not None:
+        observation["backups"] = backups
+    return observation
+
+
+def backup(name, completed, verified="True", phase="Completed", revision=17, failed=False):
+    return {
+        "name": name,
+        "phase": phase,
+        "revision": revision,
+        "completion_time": completed,
+        "verified": verified,
+        "verification_failed": failed,
+    }
+
+
+def test_members_merely_down_are_waited_for_with_their_data_intact():
+    step = plan(quorum_lost_observation(down=(1, 2), backups=[]))
+    assert (step["action"], step["reason"], step["requeue"]) == ("wait", "QuorumLost", "degraded")
+    assert "1 of 3 voting members healthy" in step["message"]
+    assert "waiting for members c-1, c-2 to come back (their data is intact)" in step["message"]
+    assert "quorum returns when one of them does" in step["message"]
+    assert "EtcdRestore" not in step["message"] and "backup" not in step["message"]
+    assert step["quorum_lost"] == {"data_lost": [], "down": ["c-1", "c-2"]}
+
+
+def test_a_member_down_beside_one_with_lost_data_is_still_worth_waiting_for():
+    step = plan(quorum_lost_observation(down=(1, 2), lost=(2,), backups=[]))
+    assert "waiting for member c-1 to come back (its data is intact)" in step["message"]
+    assert "quorum returns when it does" in step["message"]
+    assert "member c-2 lost its data and will be replaced then" in step["message"]
+
+
+def test_a_majority_without_data_says_waiting_is_pointless_and_names_the_backup():
+    backups = [
+        backup("nightly-1", "2026-11-20T01:00:00Z", revision=10),
+        backup("nightly-2", "2026-11-21T01:00:00Z", revision=20),
+        backup("unverified-newer", "2026-11-22T01:00:00Z", verified="Unknown", revision=30),
+        backup("failed-newest", "", phase="Failed", verified=""),
+        backup("running", "", phase="Running", verified=""),
+        backup("bad", "2026-11-22T02:00:00Z", verified="False", failed=True, revision=40),
+    ]
+    step = plan(quorum_lost_observation(down=(1, 2), lost=(1, 2), backups=backups))
+    message = step["message"]
+    assert (step["action"], step["reason"], step["requeue"]) == ("wait", "QuorumLost", "degraded")
+    assert "waiting cannot bring it back" in message
+    assert "members c-1, c-2 lost their data" in message
+    assert "only c-0 (raft index 1234) still holds data" in message
+    assert "disaster recovery is off" in message
+    assert (
+        "EtcdBackup nightly-2 (revision 20, completed 2026-11-21T01:00:00Z, verified)" in message
+    ), "the newest verified backup, before a newer unverified one"
+    assert "EtcdRestore (spec.source.backupName)" in message
+    assert "rescued from c-0" in message and "snapshot save" in message
+    assert "waiting for" not in message
+    assert step["quorum_lost"]["backup"] == "nightly-2"
+    assert step["quorum_lost"]["data_lost"] == ["c-1", "c-2"]
+    assert step["quorum_lost"]["survivors"][0]["name"] == "c-0"
+    assert len(message) < 1024, "an Event's message is at most 1 KiB"
+
+
+def test_an_unverified_backup_is_named_when_no_verified_one_exists():
+    backups = [
+        backup("old", "2026-11-20T01:00:00Z", verified="Unknown"),
+        backup("new", "2026-11-21T01:00:00Z", verified="False", failed=False),
+        backup("bad", "2026-11-22T01:00:00Z", verified="False", failed=True),
+    ]
+    message = plan(quorum_lost_observation(lost=(1, 2), backups=backups))["message"]
+    assert "EtcdBackup new (revision 17, completed 2026-11-21T01:00:00Z, not verified)" in message
+
+
+def test_without_a_backup_the_survivor_is_named_for_a_rescue():
+    backups = [backup("failed", "", phase="Failed", verified=""), backup("bad", "t", failed=True)]
+    step = plan(quorum_lost_observation(lost=(1, 2), backups=backups))
+    message = step["message"]
+    assert "members c-1, c-2 lost their data" in message
+    assert "no completed EtcdBackup of this cluster exists" in message
+    assert "to rescue the data of c-0" in message
+    assert "--endpoints=http://c-0.c.ns.svc.cluster.local:2379 snapshot save" in message
+    assert "--force-new-cluster" in message
+    assert step["quorum_lost"]["backup"] == ""
+    assert len(message) < 1024
+
+
+def test_backups_that_could_not_be_listed_still_point_at_a_restore():
+    message = plan(quorum_lost_observation(lost=(1, 2)))["message"]
+    assert "kubectl get etcdbk" in message and "EtcdRestore" in message
+
+
+def test_a_survivor_that_does_not_answer_is_named_without_a_raft_index():
+    observation = quorum_lost_observation(down=(0, 1, 2), lost=(1, 2), backups=[])
+    message = plan(observation)["message"]
+    assert "0 of 3 voting members healthy" in message
+    assert "only c-0 (not answering) still holds data" in message
+
+
+def test_the_quorum_lost_message_is_the_degraded_condition_and_a_warning_event_once():
+    backups = [backup("nightly-2", "2026-11-21T01:00:00Z")]
+    observation = quorum_lost_observation(lost=(1, 2), backups=backups)
+    result = report_for(observation)
+    degraded = result["conditions"][2]
+    assert (degraded["status"], degraded["reason"]) == ("True", "QuorumLost")
+    assert "nightly-2" in degraded["message"] and "c-0" in degraded["message"]
+    (event,) = result["events"]
+    assert (event["reason"], event["type"], event["message"]) == (
+        "QuorumLost",
+        "Warning",
+        degraded["message"],
+    )
+    observation["current"] = {"conditions": result["conditions"]}
+    assert report_for(observation)["events"] == [], "the same message is not announced again"
+
+
+def test_members_that_answer_without_a_leader_are_waited_for():
+    observation = observed(3, started(3), healthy(3, leader=-1))
+    observation["backups"] = []
+    step = plan(observation)
+    assert step["reason"] == "QuorumLost" and "waiting for an election" in step["message"]
+
+
+# -- etcd_cluster_observe: the EtcdBackups, only without a quorum ---------------------------------
+
+
+def _observe_module():
+    spec = importlib.util.spec_from_file_location(
+        "etcd_cluster_observe",
+        Path(__file__).resolve().parents[2] / "library" / "etcd_cluster_observe.py",
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class _Direct:
+    def __init__(self, items=None, error=None):
+        self.items, self.error, self.calls = items or [], error, []
+
+    def list(self, api_version, kind, namespace=None, **_):
+        self.calls.append((kind, namespace))
+        if self.error:
+            raise self.error
+        return self.items
+
+
+def _etcd_backup(name, cluster, phase="Completed", verified=None):
+    status = {"phase": phase, "revision": 5, "completionTime": "2026-11-21T01:00:00Z"}
+    if verified:
+        status["conditions"] = [{"type": "Verified", "status": verified[0], "reason": verified[1]}]
+    return {
+        "metadata": {"name": name},
+        "spec": {"source": {"clusterName": cluster}},
+        "status": status,
+    }
+
+
+def test_observe_summarizes_only_this_clusters_backups():
+    observe = _observe_module()
+    direct = _Direct(
+        [
+            _etcd_backup("mine", "c", verified=("True", "Verified")),
+            _etcd_backup("other", "d"),
+            _etcd_backup("bad", "c", verified=("False", "SHA256Mismatch")),
+            _etcd_backup("unread", "c", verified=("False", "ObjectUnreadable")),
+            {"metadata": {"name": "by-url"}, "spec": {"source": {"clusterURL": "http://x"}}},
+        ]
+    )
+    params = {"api_version": "etcd.quorumkeeper.dev/v1alpha1", "namespace": "ns", "name": "c"}
+    result = observe.observe_backups(params, direct)
+    assert direct.calls == [("EtcdBackup", "ns")]
+    by_name = {b["name"]: b for b in result["backups"]}
+    assert set(by_name) == {"mine", "bad", "unread"}
+    assert by_name["mine"] == {
+        "name": "mine",
+        "phase": "Completed",
+        "revision": 5,
+        "completion_time": "2026-11-21T01:00:00Z",
+        "verified": "True",
+        "verification_failed": False,
+    }
+    assert by_name["bad"]["verification_failed"] is True
+    assert by_name["unread"]["verification_failed"] is False, "the check could not run: retried"
+
+
+def test_observe_reports_backups_it_cannot_list_as_unknown():
+    observe = _observe_module()
+    error = observe.KubeError(403, "Forbidden", "etcdbackups is forbidden")
+    params = {"api_version": "etcd.quorumkeeper.dev/v1alpha1", "namespace": "ns", "name": "c"}
+    result = observe.observe_backups(params, _Direct(error=error))
+    assert result["backups"] is None and "forbidden" in result["backups_error"]
