@@ -20,6 +20,12 @@ Operator (medians over --runs, every sample in the result file):
   5 minutes, and its memory (process tree RSS, sampled every second).
 - backup: EtcdBackups of a cluster holding 8, then 96 MiB, to an S3 server (moto) -> Completed,
   and the operator's memory meanwhile (the snapshot is streamed, so it must not grow with it).
+- backup_1gib: a cluster of 3 holding 1 GiB (--backup-mib) in 1 MiB values: an EtcdBackup to
+  MinIO (make object-stores) -> Completed -> Verified, with the operator's memory meanwhile,
+  against `etcdctl snapshot save` of the same member + boto3's upload_file in the same run.
+- restore: an EtcdRestore of that backup into a new cluster of 3 -> Completed, against
+  `etcdutl snapshot restore` of the same object into 3 data dirs on the host (alone, it makes
+  the backup first).
 - profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
   process each), CPU seconds, wall time; read from ansible-runner's job events.
 
@@ -32,10 +38,12 @@ import argparse
 import asyncio
 import contextlib
 import datetime
+import functools
 import glob
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,7 +59,7 @@ sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 
 import faults  # noqa: E402
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
-from kubehelpers import BACKUPS, CACHE, STATE, Kube, wait_until  # noqa: E402
+from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
@@ -171,16 +179,20 @@ def tree_rss_mib(pid: int) -> float:
 
 
 class Sampler:
-    """Samples the operator tree's RSS every second in the background."""
+    """Samples the operator tree's RSS every ``interval`` seconds in the background."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, interval: float = 1.0):
         self.pid, self.samples, self.stop_event = pid, [], threading.Event()
+        self.interval = interval
         self.thread = threading.Thread(target=self.run, daemon=True)
 
+    def sample(self):
+        self.samples.append(tree_rss_mib(self.pid))
+
     def run(self):
-        while not self.stop_event.wait(1.0):
+        while not self.stop_event.wait(self.interval):
             with contextlib.suppress(OSError):
-                self.samples.append(tree_rss_mib(self.pid))
+                self.sample()
 
     def __enter__(self):
         self.thread.start()
@@ -797,6 +809,528 @@ def bench_backup(kube: Kube, runs: int, sizes_mib: tuple = (8, 96)) -> None:
     )
 
 
+# --------------------------------------------------------------------------------------------
+# A large keyspace: backup against etcdctl + boto3, restore against etcdutl (issue 7)
+# --------------------------------------------------------------------------------------------
+
+RESTORES = "etcdrestores.etcd.quorumkeeper.dev"
+SNAPSHOT_MODULE = b"AnsiballZ_etcd_snapshot.py"
+LARGE_VALUE = 1024 * 1024  # etcd refuses requests over 1.5 MiB (--max-request-bytes)
+# What backup_1gib leaves for restore in the same run, and what main() cleans up at the end.
+LARGE: dict = {}
+CLEANUPS: list = []
+
+
+def tree_processes(pid: int) -> list[tuple[int, float, str]]:
+    """(pid, RSS MiB, command line) of the process and of all its descendants."""
+    children = {}
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError, StopIteration, ValueError):
+            status = Path(f"/proc/{current}/status").read_text().splitlines()
+            kib = next(int(x.split()[1]) for x in status if x.startswith("VmRSS:"))
+            argv = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")
+            args = [a.decode(errors="replace") for a in argv[:3] if a]
+            command = " ".join([Path(args[0]).name, *args[1:]])[:120]
+            found.append((current, kib / 1024, command))
+        todo.extend(children.get(current, []))
+    return found
+
+
+class SnapshotSampler(Sampler):
+    """The operator tree's RSS, the peak RSS of the etcd_snapshot module's own process, and the
+    tree's processes at its peak."""
+
+    def __init__(self, pid: int, interval: float = 0.5):
+        super().__init__(pid, interval)
+        self.module_peak, self.at_peak = None, []
+
+    def sample(self):
+        processes = tree_processes(self.pid)
+        total = sum(rss for _, rss, _ in processes)
+        if not self.samples or total > max(self.samples):
+            self.at_peak = sorted(((round(r, 1), c) for _, r, c in processes), reverse=True)
+        self.samples.append(total)
+        for _, rss, command in processes:
+            if SNAPSHOT_MODULE.decode() in command:
+                self.module_peak = max(self.module_peak or 0, rss)
+
+
+def idle_rss_mib(pid: int, samples: int = 6) -> float:
+    """The operator tree's RSS with nothing to do: the least of a few samples 0.5 s apart (a
+    reconcile that happens to run adds its ansible-playbook to the tree)."""
+    values = []
+    for _ in range(samples):
+        values.append(tree_rss_mib(pid))
+        time.sleep(0.5)
+    return min(values)
+
+
+class Timeline:
+    """When each phase/reason of a status was first seen, in seconds from ``started``."""
+
+    def __init__(self, started: float):
+        self.started, self.seen = started, []
+
+    def note(self, status: dict) -> None:
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        reason = conditions.get("Completed", {}).get("reason") or "-"
+        state = f"{status.get('phase') or 'None'}/{reason}"
+        if not self.seen or self.seen[-1][1] != state:
+            self.seen.append((round(time.monotonic() - self.started, 2), state))
+
+
+class KeyWatcher:
+    """Lists a prefix of the bucket from the host every 0.25 s: when the backup's staging object
+    (its multipart upload completed) and its final key (the server-side copy done) appear."""
+
+    def __init__(self, client, bucket: str, prefix: str, started: float):
+        self.client, self.bucket, self.prefix, self.started = client, bucket, prefix, started
+        self.staged = self.final = None
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self):
+        while not self.stop_event.wait(0.25):
+            with contextlib.suppress(Exception):
+                listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
+                keys = [o["Key"] for o in listed.get("Contents", [])]
+                now = round(time.monotonic() - self.started, 2)
+                if self.staged is None and any(".partial-" in k for k in keys):
+                    self.staged = now
+                if self.final is None and any(k.endswith(".db") for k in keys):
+                    self.final = now
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_event.set()
+        self.thread.join()
+
+
+def status_of(kube: Kube, kind: str, name: str, namespace: str) -> dict:
+    """The object's status; {} while the API server does not answer (polled, tried again)."""
+    try:
+        return kube.get(kind, name, namespace).get("status") or {}
+    except (AssertionError, subprocess.TimeoutExpired):
+        return {}
+
+
+def minio_store():
+    """MinIO of `make object-stores` (deployed and its bucket created if need be), a boto3 client
+    of it from this host through its ClusterIP, and the Store (URLs, credentials)."""
+    import object_stores as stores_lib
+
+    kubectl = stores_lib.Kubectl(str(STATE / "kubeconfig"))
+    stores_lib.deploy(kubectl)
+    store = stores_lib.stores()["minio"]
+    client = stores_lib.host_client(kubectl, store)
+    stores_lib.ensure_bucket(client, store)
+    return store, client, stores_lib.BUCKET
+
+
+async def fill_large(endpoint: str, count: int, concurrency: int = 8) -> None:
+    """``count`` keys of LARGE_VALUE incompressible bytes each, ``concurrency`` puts in flight."""
+    import grpc.aio
+    from etcd3aio.kv import KVService
+
+    block = os.urandom(2 * LARGE_VALUE)
+    todo = iter(range(count))
+    async with grpc.aio.insecure_channel(endpoint.removeprefix("http://")) as channel:
+        kv = KVService(channel)
+
+        async def worker():
+            for i in todo:  # shared: each key is taken by one worker
+                offset = (i * 4099) % LARGE_VALUE  # a different value for every key
+                await kv.put(
+                    f"/bench/large/{i:06d}", block[offset : offset + LARGE_VALUE], timeout=60
+                )
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def member_status(etcdctl: str, endpoint: str) -> dict:
+    out = subprocess.run(
+        [etcdctl, f"--endpoints={endpoint}", "endpoint", "status", "-w", "json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    ).stdout
+    return json.loads(out)[0]["Status"]
+
+
+def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spec) -> dict:
+    """One EtcdBackup to MinIO: create -> Completed (and -> Verified unless spec says not), with
+    the operator's memory meanwhile and where the time went."""
+    key = f"bench/{driver.namespace}/{name}.db"
+    manifest = {
+        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+        "kind": "EtcdBackup",
+        "metadata": {"name": name},
+        "spec": {
+            "source": {"clusterName": driver.name},
+            "destination": {
+                "objectURLTemplate": store.object_url(key),
+                "credentialsSecret": "minio",
+            },
+            **spec,
+        },
+    }
+    pid = operator_pid()
+    idle = idle_rss_mib(pid)
+    started = time.monotonic()
+    timeline = Timeline(started)
+
+    def completed():
+        status = status_of(kube, BACKUPS, name, driver.namespace)
+        timeline.note(status)
+        if status.get("phase") == "Failed":
+            raise RuntimeError(f"backup {name} failed: {status}")
+        return status if status.get("phase") == "Completed" else None
+
+    with SnapshotSampler(pid) as sampler, KeyWatcher(client, bucket, key, started) as keys:
+        kube.apply(manifest, namespace=driver.namespace)
+        status = wait_until(f"backup {name} Completed", completed, 900, interval=0.1)
+        seconds = time.monotonic() - started
+    size_mib = status["size"] / 2**20
+    result = {
+        "seconds": round(seconds, 2),
+        "snapshot_mib": round(size_mib, 1),
+        "mib_per_s": round(size_mib / seconds, 1),
+        "member": status["member"],
+        "revision": status["revision"],
+        "key": key,
+        "rss_mib_idle": round(idle, 1),
+        "rss_mib_peak": round(max(sampler.samples), 1),
+        "rss_mib_growth": round(max(sampler.samples) - idle, 1),
+        "module_rss_mib_peak": sampler.module_peak and round(sampler.module_peak, 1),
+        "processes_at_peak": sampler.at_peak,
+        "timeline": {
+            "status": timeline.seen,
+            "staging_object_complete": keys.staged,
+            "final_object_present": keys.final,
+            "completed_seen": round(seconds, 2),
+        },
+    }
+    if spec.get("verify") is False:
+        return result
+    completed_at = time.monotonic()
+
+    def verified():
+        status = status_of(kube, BACKUPS, name, driver.namespace)
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        verified = conditions.get("Verified", {})
+        # False with a reason worth retrying (VerificationTimedOut, ...) counts as the outcome.
+        return (status, verified) if verified.get("status") in ("True", "False") else None
+
+    status, condition = wait_until(f"backup {name} verified", verified, 900, interval=0.2)
+    result["verification"] = {
+        "condition": f"{condition['status']}/{condition.get('reason')}",
+        "seconds_completed_to_verified": round(time.monotonic() - completed_at, 2),
+        "status_verification_seconds": (status.get("verification") or {}).get("seconds"),
+    }
+    if condition["status"] != "True":
+        result["verification"]["message"] = condition.get("message")
+    return result
+
+
+def baseline_backup_once(driver, client, bucket: str, member: str, workdir: Path, i: int) -> dict:
+    """`etcdctl snapshot save` of ``member`` from this host to a file, then boto3's upload_file
+    of that file to the same bucket."""
+    pod = driver.pod_of(member)
+    endpoint = f"http://{pod['status']['podIP']}:2379"
+    path = workdir / f"baseline-{i}.db"
+    key = f"bench/{driver.namespace}/baseline-{i}.db"
+    started = time.monotonic()
+    subprocess.run(
+        [etcdctl_binary(), f"--endpoints={endpoint}", "snapshot", "save", str(path)],
+        check=True,
+        capture_output=True,
+        timeout=900,
+    )
+    saved = time.monotonic()
+    client.upload_file(str(path), bucket, key)
+    done = time.monotonic()
+    size_mib = path.stat().st_size / 2**20
+    path.unlink()
+    return {
+        "seconds": round(done - started, 2),
+        "snapshot_save_seconds": round(saved - started, 2),
+        "upload_seconds": round(done - saved, 2),
+        "snapshot_mib": round(size_mib, 1),
+        "mib_per_s": round(size_mib / (done - started), 1),
+        "member": member,
+        "key": key,
+    }
+
+
+def median_of(results: list[dict], field: str) -> float:
+    return round(statistics.median(r[field] for r in results), 2)
+
+
+def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
+    """A cluster of 3 holding ``size_mib`` MiB (1 MiB values): an EtcdBackup to MinIO ->
+    Completed -> Verified, against `etcdctl snapshot save` + a boto3 upload_file in the same
+    run; the operator's memory meanwhile, and a backup of the empty cluster for reference."""
+    import base64
+    import tempfile
+
+    deploy_operator(kube)
+    store, client, bucket = minio_store()
+    driver = new_driver(kube)
+    workdir = Path(tempfile.mkdtemp(prefix="qk-bench-"))
+    keys = []
+
+    def cleanup():
+        for key in keys:
+            with contextlib.suppress(Exception):
+                client.delete_object(Bucket=bucket, Key=key)
+        shutil.rmtree(workdir, ignore_errors=True)
+        drop_namespace(kube, driver.namespace)
+
+    CLEANUPS.append(cleanup)
+    driver.create(3)
+    driver.wait_available(3, timeout=300)
+    time.sleep(10)  # the reconciles woken by the members becoming ready
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "minio"},
+            "data": {
+                k: base64.b64encode(v.encode()).decode() for k, v in store.credentials.items()
+            },
+        },
+        namespace=driver.namespace,
+    )
+    reference = large_backup_once(kube, driver, store, client, bucket, "empty", verify=False)
+    keys.append(reference["key"])
+    print(f"backup of the empty cluster: {reference}", flush=True)
+
+    started = time.monotonic()
+    asyncio.run(fill_large(driver.client_endpoint(), size_mib))
+    fill_seconds = time.monotonic() - started
+    db = member_status(etcdctl_binary(), driver.client_endpoint())
+    print(f"wrote {size_mib} MiB in {fill_seconds:.1f}s; dbSize {db['dbSize'] / 2**20:.0f} MiB")
+
+    operator, baseline = [], []
+    for i in range(runs):
+        operator.append(large_backup_once(kube, driver, store, client, bucket, f"large-{i}"))
+        keys.append(operator[-1]["key"])
+        print(f"EtcdBackup: {operator[-1]}", flush=True)
+        member = operator[-1]["member"]
+        baseline.append(baseline_backup_once(driver, client, bucket, member, workdir, i))
+        keys.append(baseline[-1]["key"])
+        print(f"etcdctl snapshot save + upload_file: {baseline[-1]}", flush=True)
+    LARGE.update(driver=driver, store=store, client=client, bucket=bucket, workdir=workdir)
+    LARGE.update(backup="large-0", key=operator[0]["key"], revision=operator[0]["revision"])
+
+    throughput = median_of(operator, "mib_per_s")
+    base_throughput = median_of(baseline, "mib_per_s")
+    verification = [r.get("verification", {}) for r in operator]
+    result = {
+        "name": "operator_backup_1gib",
+        "runs": runs,
+        "note": (
+            "one run (allowed for the 1 GiB case: filling and backing it up takes minutes)"
+            if runs == 1
+            else f"medians over {runs} backups of the same data"
+        ),
+        "data": {
+            "written_mib": size_mib,
+            "value_bytes": LARGE_VALUE,
+            "keys": size_mib,
+            "fill_seconds": round(fill_seconds, 1),
+            "fill_mib_per_s": round(size_mib / fill_seconds, 1),
+            "db_size_mib": round(db["dbSize"] / 2**20, 1),
+            "db_size_in_use_mib": round(db.get("dbSizeInUse", 0) / 2**20, 1),
+        },
+        "operator": {
+            "median_seconds": median_of(operator, "seconds"),
+            "median_mib_per_s": throughput,
+            "median_rss_mib_growth": median_of(operator, "rss_mib_growth"),
+            "runs": operator,
+        },
+        "baseline": {
+            "what": "etcdctl snapshot save of the same member from the host to a file, then "
+            "boto3 upload_file (default TransferConfig) to the same MinIO bucket",
+            "median_seconds": median_of(baseline, "seconds"),
+            "median_mib_per_s": base_throughput,
+            "runs": baseline,
+        },
+        "throughput_ratio_operator_to_baseline": round(throughput / base_throughput, 2),
+        "goal": "throughput >= 0.8x the baseline's, operator RSS growth < 64 MiB (issue 7)",
+        "reference_backup_of_empty_cluster": reference,
+        "verification": {
+            "median_seconds_completed_to_verified": statistics.median(
+                v.get("seconds_completed_to_verified", 0) for v in verification
+            ),
+            "status_verification_seconds": [
+                v.get("status_verification_seconds") for v in verification
+            ],
+            "outcomes": [v.get("condition") for v in verification],
+        },
+        "notes": {
+            "rss": "tree = summed RSS of the operator pod's processes, sampled every 0.5 s; "
+            "growth = peak during create -> Completed minus the idle tree just before "
+            "(least of 6 samples over 3 s); "
+            "module = the etcd_snapshot module's own process (it holds the stream)",
+            "timeline": "seconds from create: status phase/reason first seen; the staging "
+            "object appears when the multipart upload completes, the final key when the "
+            "server-side copy to it is done (listed from the host every 0.25 s)",
+            "store": "MinIO in the cluster (make object-stores), reached by the operator through "
+            "its Service name and by the host through its ClusterIP",
+        },
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+    }
+    write("operator_backup_1gib", result)
+    print(
+        f"operator_backup_1gib: {throughput} MiB/s vs baseline {base_throughput} MiB/s "
+        f"(x{result['throughput_ratio_operator_to_baseline']}), RSS growth "
+        f"{result['operator']['median_rss_mib_growth']} MiB",
+        flush=True,
+    )
+
+
+def baseline_restore_once(path: Path, workdir: Path, name: str) -> dict:
+    """`etcdutl snapshot restore` of ``path`` into 3 data dirs, one after the other, with the
+    member names and peer URLs a 3-member cluster ``name`` would have."""
+    etcdutl = str(Path(etcdctl_binary()).with_name("etcdutl"))
+    peers = {f"{name}-{i}": f"http://{name}-{i}.{name}.bench.svc:2380" for i in range(3)}
+    initial = ",".join(f"{member}={url}" for member, url in peers.items())
+    seconds = []
+    for member, url in peers.items():
+        data_dir = workdir / member
+        started = time.monotonic()
+        subprocess.run(
+            [
+                etcdutl,
+                "snapshot",
+                "restore",
+                str(path),
+                f"--name={member}",
+                f"--data-dir={data_dir}",
+                f"--initial-cluster={initial}",
+                f"--initial-cluster-token={name}",
+                f"--initial-advertise-peer-urls={url}",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=900,
+        )
+        seconds.append(round(time.monotonic() - started, 2))
+        shutil.rmtree(data_dir)
+    return {"seconds": round(sum(seconds), 2), "per_member_seconds": seconds}
+
+
+def bench_restore(kube: Kube, runs: int) -> None:
+    """An EtcdRestore of backup_1gib's backup (by backupName) into a new 3-member cluster ->
+    Completed, against `etcdutl snapshot restore` of the same object, downloaded, into 3 data
+    dirs one after the other on the host."""
+    if not LARGE:  # alone: make the backup first
+        bench_backup_1gib(kube, 1)
+    driver, client, bucket = LARGE["driver"], LARGE["client"], LARGE["bucket"]
+    namespace, workdir = driver.namespace, LARGE["workdir"]
+    operator, baseline = [], []
+    for i in range(runs):
+        name, cluster = f"restore-{i}", f"restored{i}"
+        manifest = {
+            "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+            "kind": "EtcdRestore",
+            "metadata": {"name": name},
+            "spec": {
+                "source": {"backupName": LARGE["backup"]},
+                "clusterName": cluster,
+                "clusterTemplate": driver.manifest(3)["spec"],
+            },
+        }
+        started = time.monotonic()
+        timeline = Timeline(started)
+
+        def completed(name=name, timeline=timeline):
+            status = status_of(kube, RESTORES, name, namespace)
+            timeline.note(status)
+            if status.get("phase") == "Failed":
+                raise RuntimeError(f"restore {name} failed: {status}")
+            return status if status.get("phase") == "Completed" else None
+
+        kube.apply(manifest, namespace=namespace)
+        status = wait_until(f"restore {name} Completed", completed, 1200, interval=0.2)
+        seconds = time.monotonic() - started
+        restored = EtcdClusterDriver(kube, namespace, name=cluster)
+        restored.wait_available(3, timeout=120)
+        operator.append(
+            {
+                "seconds": round(seconds, 2),
+                "snapshot_mib": round((status.get("size") or 0) / 2**20, 1),
+                "revision": status.get("revision"),
+                "revision_equals_backup": status.get("revision") == LARGE["revision"],
+                "timeline": timeline.seen,
+            }
+        )
+        print(f"EtcdRestore: {operator[-1]}", flush=True)
+        # The restored cluster is not needed any more: its memory and disk go back.
+        claims = [f"{cluster}-{n}" for n in range(3)]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            kube.run("delete", CLUSTERS, cluster, "-n", namespace, check=False, timeout=300)
+            kube.run("delete", "pvc", *claims, "-n", namespace, "--ignore-not-found", check=False)
+
+        path = workdir / "downloaded.db"
+        started = time.monotonic()
+        client.download_file(bucket, LARGE["key"], str(path))
+        downloaded = time.monotonic() - started
+        baseline.append(
+            {
+                **baseline_restore_once(path, workdir, cluster),
+                "download_seconds": round(downloaded, 2),
+            }
+        )
+        path.unlink()
+        print(f"etcdutl snapshot restore x3: {baseline[-1]}", flush=True)
+
+    result = {
+        "name": "operator_restore_1gib",
+        "runs": runs,
+        "note": (
+            "one run (allowed for the 1 GiB case)" if runs == 1 else f"medians over {runs} restores"
+        ),
+        "backup": LARGE["backup"],
+        "operator": {
+            "what": "EtcdRestore (spec.source.backupName) created -> Completed: the operator "
+            "streams the object through SHA-256, creates 3 PVCs and restore pods (each downloads "
+            "the object and runs etcdutl snapshot restore), then the EtcdCluster, until its "
+            "etcd serves the snapshot's revision",
+            "median_seconds": median_of(operator, "seconds"),
+            "runs": operator,
+        },
+        "baseline": {
+            "what": "etcdutl snapshot restore of the downloaded object into 3 data dirs, one "
+            "after the other, on the host (download from MinIO timed apart)",
+            "median_seconds": median_of(baseline, "seconds"),
+            "median_download_seconds": median_of(baseline, "download_seconds"),
+            "runs": baseline,
+        },
+        "goal": "compared with etcdutl snapshot restore of the same file into 3 members (issue 7)",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+    }
+    write("operator_restore_1gib", result)
+    print(
+        f"operator_restore_1gib: {result['operator']['median_seconds']}s vs etcdutl x3 "
+        f"{result['baseline']['median_seconds']}s",
+        flush=True,
+    )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -809,6 +1343,8 @@ BENCHMARKS = {
     "idle": bench_idle,
     "profile": bench_profile,
     "backup": bench_backup,
+    "backup_1gib": bench_backup_1gib,
+    "restore": bench_restore,
 }
 
 
@@ -816,14 +1352,25 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=list(BENCHMARKS))
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument(
+        "--backup-mib", type=int, default=1024, help="data written for backup_1gib (MiB)"
+    )
     args = parser.parse_args()
+    benchmarks = {
+        **BENCHMARKS,
+        "backup_1gib": functools.partial(bench_backup_1gib, size_mib=args.backup_mib),
+    }
     subprocess.run([*LOCALCLUSTER, "up"], check=True, capture_output=True)
     kube = Kube(STATE / "kubeconfig")
     # Left by an interrupted run: their clusters would share the machine with the measurement.
     for namespace in bench_namespaces(kube):
         drop_namespace(kube, namespace)
-    for name in args.only or list(BENCHMARKS):
-        BENCHMARKS[name](kube, args.runs)
+    try:
+        for name in args.only or list(BENCHMARKS):
+            benchmarks[name](kube, args.runs)
+    finally:
+        for cleanup in CLEANUPS:
+            cleanup()
     return 0
 
 
