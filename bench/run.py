@@ -178,20 +178,22 @@ def tree_rss_mib(pid: int) -> float:
     return total / 1024
 
 
-class Sampler:
-    """Samples the operator tree's RSS every ``interval`` seconds in the background."""
+class Poller:
+    """Calls ``sample()`` every ``interval`` seconds in a background thread, from ``with`` entry
+    to exit; a failed sample (``errors``) is skipped, the next one is taken as usual."""
 
-    def __init__(self, pid: int, interval: float = 1.0):
-        self.pid, self.samples, self.stop_event = pid, [], threading.Event()
-        self.interval = interval
+    errors: tuple = (OSError,)
+
+    def __init__(self, interval: float):
+        self.interval, self.stop_event = interval, threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def sample(self):
-        self.samples.append(tree_rss_mib(self.pid))
+        raise NotImplementedError
 
     def run(self):
         while not self.stop_event.wait(self.interval):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(*self.errors):
                 self.sample()
 
     def __enter__(self):
@@ -201,6 +203,17 @@ class Sampler:
     def __exit__(self, *exc):
         self.stop_event.set()
         self.thread.join()
+
+
+class Sampler(Poller):
+    """Samples the operator tree's RSS every ``interval`` seconds in the background."""
+
+    def __init__(self, pid: int, interval: float = 1.0):
+        super().__init__(interval)
+        self.pid, self.samples = pid, []
+
+    def sample(self):
+        self.samples.append(tree_rss_mib(self.pid))
 
 
 # --------------------------------------------------------------------------------------------
@@ -885,34 +898,25 @@ class Timeline:
             self.seen.append((round(time.monotonic() - self.started, 2), state))
 
 
-class KeyWatcher:
+class KeyWatcher(Poller):
     """Lists a prefix of the bucket from the host every 0.25 s: when the backup's staging object
     (its multipart upload completed) and its final key (the server-side copy done) appear."""
 
+    errors = (Exception,)  # the store's answer, whatever it is, is looked at again 0.25 s later
+
     def __init__(self, client, bucket: str, prefix: str, started: float):
+        super().__init__(0.25)
         self.client, self.bucket, self.prefix, self.started = client, bucket, prefix, started
         self.staged = self.final = None
-        self.stop_event = threading.Event()
-        self.thread = threading.Thread(target=self.run, daemon=True)
 
-    def run(self):
-        while not self.stop_event.wait(0.25):
-            with contextlib.suppress(Exception):
-                listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
-                keys = [o["Key"] for o in listed.get("Contents", [])]
-                now = round(time.monotonic() - self.started, 2)
-                if self.staged is None and any(".partial-" in k for k in keys):
-                    self.staged = now
-                if self.final is None and any(k.endswith(".db") for k in keys):
-                    self.final = now
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop_event.set()
-        self.thread.join()
+    def sample(self):
+        listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
+        keys = [o["Key"] for o in listed.get("Contents", [])]
+        now = round(time.monotonic() - self.started, 2)
+        if self.staged is None and any(".partial-" in k for k in keys):
+            self.staged = now
+        if self.final is None and any(k.endswith(".db") for k in keys):
+            self.final = now
 
 
 def status_of(kube: Kube, kind: str, name: str, namespace: str) -> dict:
