@@ -58,6 +58,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 
 import faults  # noqa: E402
+from backuphelpers import backup_manifest  # noqa: E402  (tests/e2e/backuphelpers.py)
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
 from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noqa: E402
 
@@ -734,18 +735,12 @@ def bench_backup(kube: Kube, runs: int, sizes_mib: tuple = (8, 96)) -> None:
                 await kv.put(f"/bench/{i:06d}", value, timeout=10)
 
     def backup_once(driver: EtcdClusterDriver, name: str, port: int) -> tuple[float, dict, float]:
-        backup = {
-            "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-            "kind": "EtcdBackup",
-            "metadata": {"name": name},
-            "spec": {
-                "source": {"clusterName": driver.name},
-                "destination": {
-                    "objectURLTemplate": f"s3://bench/{name}.db?endpoint=http://{GATEWAY}:{port}",
-                    "credentialsSecret": "s3",
-                },
-            },
-        }
+        backup = backup_manifest(
+            name,
+            {"clusterName": driver.name},
+            f"s3://bench/{name}.db?endpoint=http://{GATEWAY}:{port}",
+            "s3",
+        )
 
         def completed():
             obj = kube.get(BACKUPS, name, driver.namespace)
@@ -975,19 +970,9 @@ def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spe
     """One EtcdBackup to MinIO: create -> Completed (and -> Verified unless spec says not), with
     the operator's memory meanwhile and where the time went."""
     key = f"bench/{driver.namespace}/{name}.db"
-    manifest = {
-        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-        "kind": "EtcdBackup",
-        "metadata": {"name": name},
-        "spec": {
-            "source": {"clusterName": driver.name},
-            "destination": {
-                "objectURLTemplate": store.object_url(key),
-                "credentialsSecret": "minio",
-            },
-            **spec,
-        },
-    }
+    manifest = backup_manifest(
+        name, {"clusterName": driver.name}, store.object_url(key), "minio", **spec
+    )
     pid = operator_pid()
     idle = idle_rss_mib(pid)
     started = time.monotonic()
