@@ -9,13 +9,17 @@ DOCUMENTATION = r"""
 module: etcd_snapshot
 short_description: Stream a snapshot of an etcd member to S3, an S3-compatible store or GCS
 description:
-  - Takes a snapshot of one member's backend and uploads it while it streams: the snapshot is
-    never held whole in memory or written to disk.
+  - Takes a snapshot of one member's backend and uploads it while it streams; the snapshot is
+    never held whole in memory or written to disk. S3 parts (6 MiB) are sent three at a time
+    while the next one is received; the module's memory is a few reused part buffers, whatever
+    the snapshot's size.
   - The member is chosen among the healthy voting members, a follower before the leader (the
     snapshot costs the member disk reads and bandwidth), the one with the highest raft index
     first; with I(member_selection=endpoint) the first endpoint is used as given.
-  - The SHA-256 of the bytes is computed on the way and stored as the object's C(sha256)
-    metadata. A failed upload leaves no object that looks complete (see qk_objectstore).
+  - The SHA-256 of the bytes is computed on the way and recorded with the object once it is
+    complete, without copying it - on S3 as the object's C(sha256) tag (a C(<key>.sha256) object
+    where the store has no tagging or the credentials may not tag), on GCS as its C(sha256)
+    metadata. A failed upload leaves no object (see qk_objectstore).
   - Credentials come from a Secret (I(credentials_secret)), read by the module itself so that
     they never pass through Ansible variables, or from I(credentials) (no_log).
   - Always uploads (C(changed=true)); in check mode only chooses the member.
@@ -57,7 +61,9 @@ options:
       - Mutually exclusive with I(credentials_secret).
     type: dict
   metadata:
-    description: Extra object metadata (string values), e.g. the cluster's name.
+    description:
+      - Extra object metadata (string values), e.g. the cluster's name. A C(sha256) key is
+        ignored (that name is the checksum's).
     type: dict
     default: {}
   snapshot_timeout:

@@ -4,11 +4,14 @@
 
 An object URL is ``s3://bucket/key`` (AWS), ``s3://bucket/key?endpoint=http://host:port&region=r``
 (an S3-compatible store such as MinIO), or ``gs://bucket/key``. Uploads take an iterable of
-chunks and never hold the whole object: S3 through a multipart upload, GCS through a resumable
-one. The SHA-256 of the bytes is computed on the way. An upload that fails leaves no object that
-looks complete: on S3 the parts go to a temporary key that is copied to the final key (with the
-SHA-256 as metadata) only once every byte is stored, and the multipart upload is aborted on
-failure; on GCS the object appears only when the resumable upload is finalized.
+chunks and never hold the whole object: S3 through a multipart upload (a few parts sent at once
+while the next is received), GCS through a resumable one; memory is a few reused part buffers.
+The SHA-256 of the bytes is computed on the way and recorded with the object once it is
+complete, without copying it: an S3 object's ``sha256`` tag (a ``<key>.sha256`` sidecar object on
+stores without tagging; objects stored before tags carry it in their metadata), a GCS object's
+``sha256`` metadata. An upload that fails leaves no object: a multipart upload is invisible until
+completed and is aborted on failure, a resumable one appears only when finalized and is cancelled
+on failure, and an object whose SHA-256 cannot be recorded is deleted.
 
 Reading back (``download``, ``stat``, and the ``fetch`` command line that the verification and
 restore helper pods run with the operator image) streams into a file and hashes on the way too.
@@ -21,15 +24,17 @@ against real S3 and GCS servers (moto, fake-gcs-server).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import hashlib
 import io
 import json
 import os
+import queue
 import re
 import sys
+import threading
 import urllib.parse
-import uuid
 from typing import NamedTuple
 
 try:
@@ -51,9 +56,21 @@ try:
 except ImportError:  # pragma: no cover - exercised only on a broken install
     HAS_GCS = False
 
-# S3 parts must be at least 5 MiB (but the last); 8 MiB keeps memory small and requests few.
-PART_SIZE = 8 * 1024 * 1024
+# Parts sent at once while the next one is received, and their size. The module's memory grows
+# by (UPLOAD_WORKERS + 1) x PART_SIZE buffers: 24 MiB. Three in flight keep a store with slow
+# single requests (AWS) busy; more do not help against a local one (MinIO on two cores: receiving,
+# hashing and sending share the CPU). S3 parts are at least 5 MiB (but the last) and at most
+# 10,000: 6 MiB parts hold a 58 GiB snapshot, far beyond etcd's 8 GiB suggested maximum.
+# GCS chunks are multiples of 256 KiB.
+PART_SIZE = 6 * 1024 * 1024
+UPLOAD_WORKERS = 3
+# Where the SHA-256 is recorded: S3 objects carry it as a tag (or, on stores without tagging, in
+# a sidecar object); GCS objects and S3 objects uploaded before tags, in their metadata.
 SHA256_METADATA_KEY = "sha256"
+SHA256_TAG_KEY = "sha256"
+SHA256_SIDECAR_SUFFIX = ".sha256"
+# Error codes of a store that does not implement object tagging, or credentials that may not tag.
+_NO_TAGGING = {"NotImplemented", "501", "MethodNotAllowed", "405", "AccessDenied", "403"}
 TEMPLATE_FIELDS = ("UID", "Namespace", "ClusterName", "Timestamp", "Name")
 _FIELD = re.compile(r"{{\s*\.([A-Za-z]+)\s*}}")
 _QUERY_KEYS = {"s3": {"endpoint", "region"}, "gs": {"endpoint"}}
@@ -110,33 +127,80 @@ def parse_object_url(url):
     return ObjectLocation(parsed.scheme, bucket, key, endpoint, region, url)
 
 
-class DigestingReader:
-    """Counts and hashes the chunks of a stream while passing them on."""
+def send_parts(chunks, send, part_size=PART_SIZE, workers=UPLOAD_WORKERS):
+    """Regroup a stream of chunks of any size into parts of ``part_size`` bytes (the last
+    smaller) and call ``send(number, buffer, length)`` for each, numbered from 1, on ``workers``
+    threads while the next parts are received: receiving overlaps sending. The part is the first
+    ``length`` bytes of ``buffer``, a bytearray of ``part_size`` bytes that is reused once
+    ``send`` returns. With one worker the parts are sent in order.
 
-    def __init__(self, chunks):
-        self.chunks, self.size, self._sha256 = chunks, 0, hashlib.sha256()
+    Memory stays bounded whatever the stream's size: at most ``workers + 1`` buffers exist (one
+    filling, the others being sent), allocated once and reused, so that the heap is not
+    fragmented by one new part-sized block per part. When all are busy, receiving waits.
 
-    def __iter__(self):
-        for chunk in self.chunks:
-            self.size += len(chunk)
-            self._sha256.update(chunk)
-            yield chunk
+    Returns ``{"size", "sha256", "parts"}`` (the SHA-256 of the stream, computed on the way).
+    The first failure, of the stream or of a ``send``, is raised only once every ``send`` that
+    started has ended, so that what the caller does next (abort the upload) comes after the
+    last part; the parts not started yet are not sent."""
+    digest, size, number = hashlib.sha256(), 0, 0
+    free, created, failures = queue.SimpleQueue(), 0, []
+    stop = threading.Event()
+    pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="qk-upload")
 
-    @property
-    def sha256(self):
-        return self._sha256.hexdigest()
+    def run(number, buffer, length):
+        try:
+            if not stop.is_set():
+                send(number, buffer, length)
+        except BaseException as exc:  # noqa: BLE001 - handed to the receiving thread
+            failures.append(exc)
+            stop.set()
+        finally:
+            free.put(buffer)
 
+    def take():
+        nonlocal created
+        if not failures and free.empty() and created <= workers:
+            created += 1
+            return bytearray(part_size)
+        buffer = free.get()  # a send that fails gives its buffer back too: no deadlock
+        if failures:
+            raise failures[0]
+        return buffer
 
-def _parts(chunks, size):
-    """Regroup a stream of chunks of any size into parts of ``size`` bytes (the last smaller)."""
-    buffer = bytearray()
-    for chunk in chunks:
-        buffer += chunk
-        while len(buffer) >= size:
-            yield bytes(buffer[:size])
-            del buffer[:size]
-    if buffer:
-        yield bytes(buffer)
+    futures = []
+    buffer, filled = None, 0
+    try:
+        for chunk in chunks:
+            digest.update(chunk)
+            size += len(chunk)
+            view = memoryview(chunk)
+            while view:
+                if buffer is None:
+                    buffer, filled = take(), 0
+                n = min(len(view), part_size - filled)
+                buffer[filled : filled + n] = view[:n]  # a copy into place, no resize
+                filled, view = filled + n, view[n:]
+                if filled == part_size:
+                    number += 1
+                    futures.append(pool.submit(run, number, buffer, filled))
+                    buffer = None
+        if buffer is not None:
+            # The last part is shorter: shrinking its buffer (not reused any more) lets it be
+            # sent as it is rather than copied to its size.
+            with contextlib.suppress(BufferError):
+                del buffer[filled:]
+            number += 1
+            futures.append(pool.submit(run, number, buffer, filled))
+            buffer = None
+        concurrent.futures.wait(futures)
+        if failures:
+            raise failures[0]
+    except BaseException:
+        stop.set()
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+    return {"size": size, "sha256": digest.hexdigest(), "parts": number}
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,63 +236,130 @@ def _s3_error(exc, what):
     return ObjectStoreError(f"{what}: {exc}")
 
 
-def upload_s3(client, location, chunks, metadata=None, part_size=PART_SIZE):
-    """Stream ``chunks`` to ``location``; returns ``{"size", "sha256"}``."""
-    reader = DigestingReader(chunks)
-    staging = f"{location.key}.partial-{uuid.uuid4().hex[:12]}"
-    where = f"s3://{location.bucket}/{staging}"
+def _s3_code(exc):
+    return str(exc.response.get("Error", {}).get("Code"))
+
+
+_S3_STORE_ERRORS = (
+    (ObjectStoreError, botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError)
+    if HAS_BOTO3
+    else (ObjectStoreError,)
+)
+
+
+def upload_s3(client, location, chunks, metadata=None, part_size=PART_SIZE, workers=UPLOAD_WORKERS):
+    """Stream ``chunks`` to ``location`` as a multipart upload of ``workers`` parts at a time;
+    returns ``{"size", "sha256"}``.
+
+    The parts go to the final key itself: a multipart upload is invisible until it is completed,
+    and any failure before that aborts it, so no object appears. The SHA-256 is known only after
+    the last byte, too late for the object's metadata (fixed when the upload starts; changing it
+    afterwards is a server-side copy of the whole object): it is recorded next to the object by
+    ``record_sha256_s3``. When that fails, the object is deleted: a failed upload leaves nothing.
+    """
+    bucket, key = location.bucket, location.key
+    # An object's sha256 metadata is what the version before tags recorded: a caller's value
+    # there would be taken for the checksum.
+    extra = {k: v for k, v in (metadata or {}).items() if k != SHA256_METADATA_KEY}
     try:
-        upload_id = client.create_multipart_upload(Bucket=location.bucket, Key=staging)["UploadId"]
+        upload_id = client.create_multipart_upload(Bucket=bucket, Key=key, Metadata=extra)[
+            "UploadId"
+        ]
     except Exception as exc:  # noqa: BLE001 - reported with the store's own words
-        raise _s3_error(exc, f"cannot start an upload to s3://{location.bucket}") from exc
-    parts = []
+        raise _s3_error(exc, f"cannot start an upload to s3://{bucket}") from exc
+    etags = {}
+
+    def send(number, buffer, length):
+        # A full part is sent from its buffer as it is; only the last one is copied, to its size.
+        body = buffer if length == len(buffer) else bytes(memoryview(buffer)[:length])
+        etags[number] = client.upload_part(
+            Bucket=bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+        )["ETag"]
+
     try:
-        for number, body in enumerate(_parts(reader, part_size), start=1):
-            etag = client.upload_part(
-                Bucket=location.bucket,
-                Key=staging,
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=body,
-            )["ETag"]
-            parts.append({"ETag": etag, "PartNumber": number})
-        if not parts:
+        sent = send_parts(chunks, send, part_size, workers)
+        if not sent["size"]:
             raise ObjectStoreError("the snapshot stream was empty")
         client.complete_multipart_upload(
-            Bucket=location.bucket,
-            Key=staging,
+            Bucket=bucket,
+            Key=key,
             UploadId=upload_id,
-            MultipartUpload={"Parts": parts},
+            MultipartUpload={"Parts": [{"ETag": etags[n], "PartNumber": n} for n in sorted(etags)]},
         )
     except BaseException as exc:
         # The original failure is what matters, not one of the clean-up.
         with contextlib.suppress(Exception):
-            client.abort_multipart_upload(Bucket=location.bucket, Key=staging, UploadId=upload_id)
-        store_errors = (
-            ObjectStoreError,
-            botocore.exceptions.BotoCoreError,
-            botocore.exceptions.ClientError,
-        )
-        if isinstance(exc, store_errors):
-            raise _s3_error(exc, f"upload to {where} failed") from exc
+            client.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload_id)
+        if isinstance(exc, _S3_STORE_ERRORS):
+            raise _s3_error(exc, f"upload to {location.url} failed") from exc
         raise
     try:
-        # The final key appears only now, whole, with its checksum.
-        client.copy(
-            {"Bucket": location.bucket, "Key": staging},
-            location.bucket,
-            location.key,
-            ExtraArgs={
-                "Metadata": {**(metadata or {}), SHA256_METADATA_KEY: reader.sha256},
-                "MetadataDirective": "REPLACE",
-            },
+        record_sha256_s3(client, location, sent["sha256"])
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            client.delete_object(Bucket=bucket, Key=key)
+        if isinstance(exc, _S3_STORE_ERRORS):
+            raise _s3_error(
+                exc, f"cannot record the SHA-256 of {location.url}, so the object was deleted"
+            ) from exc
+        raise
+    return {"size": sent["size"], "sha256": sent["sha256"]}
+
+
+def sidecar_key(key):
+    """Where the SHA-256 of ``key`` is stored on a store without object tagging."""
+    return key + SHA256_SIDECAR_SUFFIX
+
+
+def record_sha256_s3(client, location, sha256):
+    """Record the SHA-256 of the object at ``location`` as its ``sha256`` tag (no copy of the
+    object; the tag goes with it when it is deleted), or, where the store does not implement
+    object tagging or the credentials may not tag, in a sidecar object ``<key>.sha256`` (what
+    ``PutObject`` alone allows). Returns ``"tag"`` or ``"sidecar"``."""
+    try:
+        client.put_object_tagging(
+            Bucket=location.bucket,
+            Key=location.key,
+            Tagging={"TagSet": [{"Key": SHA256_TAG_KEY, "Value": sha256}]},
         )
-    except Exception as exc:  # noqa: BLE001 - reported with the store's own words
-        raise _s3_error(exc, f"cannot commit {where} to {location.url}") from exc
-    finally:
-        with contextlib.suppress(Exception):  # a leftover staging object is harmless
-            client.delete_object(Bucket=location.bucket, Key=staging)
-    return {"size": reader.size, "sha256": reader.sha256}
+        return "tag"
+    except botocore.exceptions.ClientError as exc:
+        if _s3_code(exc) not in _NO_TAGGING:
+            raise
+    client.put_object(
+        Bucket=location.bucket,
+        Key=sidecar_key(location.key),
+        Body=f"{sha256}\n".encode(),
+        ContentType="text/plain",
+    )
+    return "sidecar"
+
+
+def recorded_sha256_s3(client, location, metadata=None):
+    """The SHA-256 recorded with the object at upload, or None: its ``sha256`` metadata (backups
+    committed by a server-side copy, before tags; ``metadata`` is the object's, as just read),
+    else its ``sha256`` tag, else its sidecar object. Raises the client's errors."""
+    recorded = (metadata or {}).get(SHA256_METADATA_KEY)
+    if recorded:
+        return recorded
+    try:
+        tags = client.get_object_tagging(Bucket=location.bucket, Key=location.key)["TagSet"]
+    except botocore.exceptions.ClientError as exc:
+        if _s3_code(exc) not in _NO_TAGGING:
+            raise
+        tags = []
+    for tag in tags:
+        if tag.get("Key") == SHA256_TAG_KEY:
+            return tag.get("Value")
+    try:
+        response = client.get_object(Bucket=location.bucket, Key=sidecar_key(location.key))
+        # A sidecar is one line; more is not one and still must not pass as a match.
+        text = response["Body"].read(256)
+    except botocore.exceptions.ClientError as exc:
+        if _s3_code(exc) in ("NoSuchKey", "404", "NotFound", *_NO_TAGGING):
+            return None
+        raise
+    return text.decode("utf-8", "replace").strip().lower() or None
 
 
 # --------------------------------------------------------------------------------------------
@@ -257,24 +388,56 @@ def gcs_client(location, credentials_json=None):
     return gcs.Client(client_options=options)  # the environment's default credentials
 
 
+def _abandon(writer):
+    """Cancel an unfinished resumable upload for good. ``BlobWriter.close()`` uploads what the
+    writer holds as the object's end, and IOBase calls it when the writer is garbage-collected:
+    a failed upload would then finalize a truncated object. ``terminate()`` cancels the session
+    and closes the buffer; should cancelling fail (the store unreachable), close must still never
+    upload."""
+    with contextlib.suppress(Exception):
+        writer.terminate()
+    if not writer.closed:
+        writer.close = lambda: None
+
+
 def upload_gcs(client, location, chunks, metadata=None, part_size=PART_SIZE):
-    """Stream ``chunks`` to ``location`` with a resumable upload; returns ``{"size", "sha256"}``."""
-    reader = DigestingReader(chunks)
+    """Stream ``chunks`` to ``location`` with a resumable upload; returns ``{"size", "sha256"}``.
+
+    A resumable upload takes its chunks in order, so one part is sent at a time, while the next
+    one is received. The object appears only when the upload is finalized; its SHA-256, known only
+    then, is added to its metadata by a patch (no copy). When the patch fails, the object is
+    deleted: a failed upload leaves nothing."""
+    extra = {k: v for k, v in (metadata or {}).items() if k != SHA256_METADATA_KEY}
     blob = client.bucket(location.bucket).blob(location.key, chunk_size=part_size)
+    blob.metadata = extra or None
+    writer = blob.open("wb", ignore_flush=True)
+
+    def send(number, buffer, length):
+        writer.write(memoryview(buffer)[:length])
+
     try:
-        # Only close() finalizes the resumable upload: on any failure before it, the session
-        # expires unfinished and no object appears.
-        writer = blob.open("wb", ignore_flush=True)
-        for chunk in reader:
-            writer.write(chunk)
-        if reader.size == 0:
+        sent = send_parts(chunks, send, part_size, workers=1)
+        if not sent["size"]:
             raise ObjectStoreError("the snapshot stream was empty")
-        writer.close()
-        blob.metadata = {**(metadata or {}), SHA256_METADATA_KEY: reader.sha256}
+        writer.close()  # finalizes the upload: the object appears, whole
+    except BaseException as exc:
+        _abandon(writer)
+        if isinstance(exc, gcs_exceptions.GoogleAPICallError):
+            raise ObjectStoreError(f"upload to {location.url} failed: {exc.message}") from exc
+        raise
+    try:
+        blob.metadata = {**extra, SHA256_METADATA_KEY: sent["sha256"]}
         blob.patch()
-    except gcs_exceptions.GoogleAPICallError as exc:
-        raise ObjectStoreError(f"upload to {location.url} failed: {exc.message}") from exc
-    return {"size": reader.size, "sha256": reader.sha256}
+    except BaseException as exc:
+        with contextlib.suppress(Exception):
+            blob.delete()
+        if isinstance(exc, gcs_exceptions.GoogleAPICallError):
+            raise ObjectStoreError(
+                f"cannot record the SHA-256 of {location.url}, so the object was deleted: "
+                f"{exc.message}"
+            ) from exc
+        raise
+    return {"size": sent["size"], "sha256": sent["sha256"]}
 
 
 def upload(location, chunks, credentials=None, metadata=None):
@@ -296,11 +459,14 @@ def delete(location, credentials=None):
         try:
             client.delete_object(Bucket=location.bucket, Key=location.key)
         except botocore.exceptions.ClientError as exc:
-            if str(exc.response.get("Error", {}).get("Code")) in ("NoSuchBucket", "NoSuchKey"):
+            if _s3_code(exc) in ("NoSuchBucket", "NoSuchKey"):
                 return
             raise _s3_error(exc, f"cannot delete {location.url}") from exc
         except botocore.exceptions.BotoCoreError as exc:
             raise _s3_error(exc, f"cannot delete {location.url}") from exc
+        # The object is gone; its sidecar (stores without tagging), if any, is only a leftover.
+        with contextlib.suppress(Exception):
+            client.delete_object(Bucket=location.bucket, Key=sidecar_key(location.key))
         return
     client = gcs_client(location, credentials.get(GCS_KEY))
     try:
@@ -359,7 +525,8 @@ class DigestingWriter:
 
 
 def download_s3(client, location, fileobj, chunk_size=DOWNLOAD_CHUNK):
-    """Stream the object into ``fileobj``; ``{"size", "sha256", "metadata_sha256"}``."""
+    """Stream the object into ``fileobj``; ``{"size", "sha256", "metadata_sha256"}`` (the
+    SHA-256 recorded with it: ``recorded_sha256_s3``)."""
     try:
         response = client.get_object(Bucket=location.bucket, Key=location.key)
     except Exception as exc:  # noqa: BLE001 - reported with the store's own words
@@ -381,12 +548,11 @@ def download_s3(client, location, fileobj, chunk_size=DOWNLOAD_CHUNK):
         raise ObjectStoreError(
             f"reading {location.url} stopped after {writer.size} of {expected} bytes"
         )
-    metadata = response.get("Metadata") or {}
-    return {
-        "size": writer.size,
-        "sha256": writer.sha256,
-        "metadata_sha256": metadata.get(SHA256_METADATA_KEY),
-    }
+    try:
+        recorded = recorded_sha256_s3(client, location, response.get("Metadata"))
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+        raise _s3_error(exc, f"cannot read the SHA-256 recorded with {location.url}") from exc
+    return {"size": writer.size, "sha256": writer.sha256, "metadata_sha256": recorded}
 
 
 def _gcs_missing(client, location):
@@ -435,7 +601,8 @@ def download_gcs(client, location, fileobj):
 
 def download(location, fileobj, credentials=None):
     """Stream the object at ``location`` into the binary file object ``fileobj``, hashing on
-    the way; ``{"size", "sha256", "metadata_sha256"}`` (the object's ``sha256`` metadata, or
+    the way; ``{"size", "sha256", "metadata_sha256"}`` (the SHA-256 recorded at upload: an S3
+    object's tag, sidecar or, before tags, metadata; a GCS object's metadata; or
     None). Raises ``ObjectStoreError`` with the store's words."""
     credentials = credentials or {}
     if location.scheme == "s3":
@@ -444,7 +611,8 @@ def download(location, fileobj, credentials=None):
 
 
 def stat(location, credentials=None):
-    """``{"exists", "size", "sha256"}`` of the object (sha256 from its metadata, or None)."""
+    """``{"exists", "size", "sha256"}`` of the object (sha256: the one recorded at upload, see
+    ``download``, or None)."""
     credentials = credentials or {}
     if location.scheme == "s3":
         client = s3_client(location, credentials)
@@ -457,12 +625,11 @@ def stat(location, credentials=None):
             raise _s3_error(exc, f"cannot stat {location.url}") from exc
         except botocore.exceptions.BotoCoreError as exc:
             raise _s3_error(exc, f"cannot stat {location.url}") from exc
-        metadata = head.get("Metadata") or {}
-        return {
-            "exists": True,
-            "size": head.get("ContentLength"),
-            "sha256": metadata.get(SHA256_METADATA_KEY),
-        }
+        try:
+            recorded = recorded_sha256_s3(client, location, head.get("Metadata"))
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as exc:
+            raise _s3_error(exc, f"cannot stat {location.url}") from exc
+        return {"exists": True, "size": head.get("ContentLength"), "sha256": recorded}
     client = gcs_client(location, credentials.get(GCS_KEY))
     try:
         blob = client.bucket(location.bucket).get_blob(location.key)
@@ -499,7 +666,7 @@ def read_credentials_dir(path):
 
 def fetch(url, dest, expected_sha256=None, credentials=None):
     """Download ``url`` to ``dest`` (through ``dest.partial``, renamed only when the bytes are
-    right). The expected SHA-256 is ``expected_sha256``, else the object's ``sha256`` metadata.
+    right). The expected SHA-256 is ``expected_sha256``, else the one recorded with the object.
     ``{"size", "sha256"}``; raises ``ChecksumMismatch`` or ``ObjectStoreError``."""
     location = parse_object_url(url)
     partial = f"{dest}.partial"
@@ -510,7 +677,7 @@ def fetch(url, dest, expected_sha256=None, credentials=None):
             os.fsync(f.fileno())
         expected = (expected_sha256 or result["metadata_sha256"] or "").lower() or None
         if expected and expected != result["sha256"]:
-            source = "expected" if expected_sha256 else "recorded in the object's metadata"
+            source = "expected" if expected_sha256 else "recorded with the object"
             raise ChecksumMismatch(
                 f"sha256 mismatch: {location.url} holds {result['size']} bytes with sha256 "
                 f"{result['sha256']}, {source}: {expected}; the stored object is not the "
@@ -535,7 +702,7 @@ def main(argv=None):
     fetch_cmd = commands.add_parser("fetch", help="download an object and check its SHA-256")
     fetch_cmd.add_argument("--url", required=True, help="s3:// or gs:// object URL")
     fetch_cmd.add_argument("--dest", required=True, help="file to write")
-    fetch_cmd.add_argument("--sha256", help="expected SHA-256 (default: the object's metadata)")
+    fetch_cmd.add_argument("--sha256", help="expected SHA-256 (default: the one recorded with it)")
     fetch_cmd.add_argument("--credentials-dir", help="a mounted Secret: one file per key")
     args = parser.parse_args(argv)
     try:

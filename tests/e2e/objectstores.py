@@ -64,6 +64,15 @@ class StoreUnderTest:
         body = bucket.blob(key).download_as_bytes(if_generation_match=blob.generation)
         return body, blob.metadata or {}
 
+    def recorded_sha256(self, key: str) -> str | None:
+        """The SHA-256 the backup recorded with the object: an S3 object's ``sha256`` tag, a GCS
+        object's ``sha256`` metadata."""
+        if self.store.scheme == "s3":
+            tags = self.client.get_object_tagging(Bucket=self.bucket, Key=key)["TagSet"]
+            return {t["Key"]: t["Value"] for t in tags}.get("sha256")
+        blob = self.client.bucket(self.bucket).get_blob(key)
+        return (blob.metadata or {}).get("sha256") if blob else None
+
     def keys(self, prefix: str = "") -> list[str]:
         if self.store.scheme == "s3":
             listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=prefix)

@@ -124,8 +124,9 @@ def damaging_endpoint(s3_endpoint):
 def test_bytes_damaged_on_the_way_back_exit_3(
     s3, s3_endpoint, damaging_endpoint, credentials_dir, tmp_path
 ):
-    """Whether the store kept a checksum of its own (S3's CRC32, checked by boto3 first) or
-    only the SHA-256 metadata (objects committed by copy, as backups are): exit 3 either way."""
+    """Whether the store kept a checksum of the whole object (S3's CRC32, checked by boto3
+    first) or only the recorded SHA-256 (objects uploaded in parts, as backups are): exit 3
+    either way."""
     body = b"snapshot bytes " * 1000
     sha = hashlib.sha256(body).hexdigest()
     s3.put_object(
@@ -170,6 +171,32 @@ def test_missing_object_bucket_and_store_exit_2_with_the_stores_words(
     assert bad_url.returncode == 2 and "no object key" in bad_url.stderr
     assert not list(out.iterdir()), "a failed fetch left a file"
     assert all(v not in missing.stderr for v in CREDENTIALS.values())
+
+
+def test_the_sha256_is_read_from_the_tag_and_from_the_metadata_of_older_backups(
+    s3, s3_endpoint, credentials_dir, tmp_path
+):
+    """Backups carry their SHA-256 as a tag; those stored before tags, in their metadata (the
+    copy that committed them set it): both are checked."""
+    body = b"snapshot bytes " * 1000
+    sha = hashlib.sha256(body).hexdigest()
+    creds = ("--credentials-dir", str(credentials_dir))
+    s3.put_object(Bucket=BUCKET, Key="old.db", Body=body, Metadata={"sha256": sha})
+    old = parse_object_url(s3_url(s3_endpoint, "old.db"))
+    assert stat(old, CREDENTIALS) == {"exists": True, "size": len(body), "sha256": sha}
+    assert fetch(s3_url(s3_endpoint, "old.db"), tmp_path / "old.db", *creds).returncode == 0
+
+    stored = upload(parse_object_url(s3_url(s3_endpoint, "tagged.db")), iter([body]), CREDENTIALS)
+    assert stored == {"size": len(body), "sha256": sha}
+    assert "sha256" not in s3.head_object(Bucket=BUCKET, Key="tagged.db")["Metadata"]
+    # A tag that says other bytes (rewritten by hand here) is a mismatch like any other.
+    s3.put_object_tagging(
+        Bucket=BUCKET, Key="tagged.db", Tagging={"TagSet": [{"Key": "sha256", "Value": "0" * 64}]}
+    )
+    res = fetch(s3_url(s3_endpoint, "tagged.db"), tmp_path / "tagged.db", *creds)
+    assert res.returncode == 3, res.stderr
+    assert "recorded with the object: " + "0" * 64 in res.stderr
+    assert not list(tmp_path.glob("tagged.db*"))
 
 
 def test_download_and_stat_in_process(etcd_factory, s3, s3_endpoint):

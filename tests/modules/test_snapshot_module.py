@@ -1,20 +1,29 @@
 """etcd_snapshot on real etcd clusters, uploading to a real S3 server (moto) and a real GCS
 server (fake-gcs-server); each snapshot is read back and checked by etcd's own tools. The S3
-tests run against moto (S3 as AWS answers it) and a real MinIO process (an S3-compatible store)."""
+tests run against moto (S3 as AWS answers it) and a real MinIO process (an S3-compatible store);
+moto servers that refuse some requests stand for stores without tagging and for failures."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import json
 
+import minioharness
 import pytest
 from ansible.module_utils.qk_etcd import EtcdClient
 from ansible.module_utils.qk_objectstore import (
     ObjectStoreError,
+    delete,
     parse_object_url,
     s3_client,
+    stat,
+    upload,
+    upload_gcs,
     upload_s3,
 )
+from damaging_s3 import NoTaggingMotoServer, NothingRecordedMotoServer, PartRefusingMotoServer
 from minioharness import MinioServer, gcs_client, moto_server
 
 import etcdharness
@@ -71,13 +80,16 @@ def test_snapshot_to_s3_is_whole_checksummed_and_from_a_follower(
     assert res["etcd_version"] == etcd_version
 
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET)["Contents"]]
-    assert keys == ["c1/snap.db"], "the staging object was left behind"
+    assert keys == ["c1/snap.db"], "a staging or sidecar object was left behind"
     obj = s3.get_object(Bucket=BUCKET, Key="c1/snap.db")
     body = obj["Body"].read()
     assert len(body) == res["size"]
-    assert hashlib.sha256(body).hexdigest() == res["sha256"] == obj["Metadata"]["sha256"]
-    assert obj["Metadata"]["cluster"] == "c1"
-    assert obj["Metadata"]["revision"] == str(res["revision"])
+    assert hashlib.sha256(body).hexdigest() == res["sha256"]
+    # The SHA-256, known only at the end, is the object's tag: no copy of the object to set it.
+    tags = s3.get_object_tagging(Bucket=BUCKET, Key="c1/snap.db")["TagSet"]
+    assert tags == [{"Key": "sha256", "Value": res["sha256"]}]
+    assert obj["Metadata"] == {"cluster": "c1", "revision": str(res["revision"])}
+    assert obj["ETag"].strip('"').endswith("-1"), "not the multipart upload's own object"
 
     path = tmp_path / "snap.db"
     path.write_bytes(body)
@@ -145,6 +157,87 @@ def test_interrupted_upload_leaves_no_object_and_no_open_upload(s3, s3_endpoint)
     assert not s3.list_multipart_uploads(Bucket=BUCKET).get("Uploads")
 
 
+PART = 5 * 1024 * 1024
+REFUSALS = "refusals"
+
+
+@contextlib.contextmanager
+def store_of(server_class):
+    """A moto server of ``server_class`` (one that refuses some requests) with the bucket
+    REFUSALS; its endpoint and a client of it (moto's own answers, the same store)."""
+    with moto_server(server_class) as endpoint, moto_server() as plain:
+        client = minioharness.s3_client(plain, CREDENTIALS)
+        client.create_bucket(Bucket=REFUSALS)
+        try:
+            yield endpoint, client
+        finally:
+            for obj in client.list_objects_v2(Bucket=REFUSALS).get("Contents", []):
+                client.delete_object(Bucket=REFUSALS, Key=obj["Key"])
+            client.delete_bucket(Bucket=REFUSALS)
+
+
+def refusals_url(endpoint, key):
+    return f"s3://{REFUSALS}/{key}?endpoint={endpoint}&region=us-east-1"
+
+
+def counted(parts, read):
+    """``parts`` parts of PART bytes, counting in ``read`` how many were taken."""
+    for i in range(parts):
+        read.append(i)
+        yield bytes([65 + i % 26]) * PART
+
+
+def test_a_part_refused_mid_upload_stops_the_stream_and_leaves_nothing():
+    """Parts go 3 at a time: when part 3 is refused, the upload is aborted once the parts in
+    flight have ended, the rest of the snapshot is not read, and nothing is left."""
+    with store_of(PartRefusingMotoServer) as (endpoint, client):
+        location = parse_object_url(refusals_url(endpoint, "refused.db"))
+        read = []
+        with pytest.raises(ObjectStoreError, match="refused.db.* failed: AccessDenied"):
+            upload_s3(s3_client(location, CREDENTIALS), location, counted(40, read), part_size=PART)
+        assert len(read) < 40, "the snapshot was read to its end after the upload had failed"
+        assert "Contents" not in client.list_objects_v2(Bucket=REFUSALS)
+        assert not client.list_multipart_uploads(Bucket=REFUSALS).get("Uploads")
+
+
+def test_parts_sent_at_once_make_the_object_in_order(s3, s3_endpoint):
+    location = parse_object_url(s3_url(s3_endpoint, "ordered.db"))
+    read = []
+    res = upload_s3(
+        s3_client(location, CREDENTIALS),
+        location,
+        counted(7, read),
+        part_size=PART,
+        workers=4,
+    )
+    body = s3.get_object(Bucket=BUCKET, Key="ordered.db")["Body"].read()
+    assert body == b"".join(bytes([65 + i]) * PART for i in range(7))
+    assert res == {"size": 7 * PART, "sha256": hashlib.sha256(body).hexdigest()}
+
+
+def test_the_sha256_goes_to_a_sidecar_on_a_store_without_tagging():
+    """Where tagging is not implemented (or not allowed), the SHA-256 is a <key>.sha256 object,
+    read back by stat and deleted with the object."""
+    with store_of(NoTaggingMotoServer) as (endpoint, client):
+        location = parse_object_url(refusals_url(endpoint, "plain/snap.db"))
+        res = upload(location, iter([b"snapshot " * 1000]), CREDENTIALS)
+        sidecar = client.get_object(Bucket=REFUSALS, Key="plain/snap.db.sha256")["Body"].read()
+        assert sidecar.decode().strip() == res["sha256"]
+        assert not client.get_object_tagging(Bucket=REFUSALS, Key="plain/snap.db")["TagSet"]
+        assert stat(location, CREDENTIALS) == {"exists": True, **res}
+        delete(location, CREDENTIALS)
+        assert "Contents" not in client.list_objects_v2(Bucket=REFUSALS)
+
+
+def test_an_object_whose_sha256_cannot_be_recorded_is_deleted():
+    with store_of(NothingRecordedMotoServer) as (endpoint, client):
+        location = parse_object_url(refusals_url(endpoint, "unrecorded.db"))
+        with pytest.raises(ObjectStoreError, match="cannot record the SHA-256 .* deleted"):
+            upload(location, iter([b"snapshot " * 1000]), CREDENTIALS)
+        assert "Contents" not in client.list_objects_v2(Bucket=REFUSALS)
+        assert not client.list_multipart_uploads(Bucket=REFUSALS).get("Uploads")
+
+
 def test_empty_stream_is_refused(s3, s3_endpoint):
     location = parse_object_url(s3_url(s3_endpoint, "empty.db"))
     with pytest.raises(ObjectStoreError, match="empty"):
@@ -170,3 +263,26 @@ def test_snapshot_to_gcs(etcd_factory, run_module, etcd_version, gcs_endpoint):
     body = blob.download_as_bytes()
     assert hashlib.sha256(body).hexdigest() == res["sha256"] == blob.metadata["sha256"]
     assert len(body) == res["size"]
+
+
+def test_interrupted_gcs_upload_leaves_no_object_even_once_collected(gcs_endpoint):
+    """A resumable upload whose stream breaks is cancelled: its writer, once garbage-collected,
+    must not finalize what it had as a truncated object (IOBase closes what it collects)."""
+    client = gcs_client(gcs_endpoint)
+    bucket = client.create_bucket("gcs-interrupted")
+    location = parse_object_url(f"gs://gcs-interrupted/broken.db?endpoint={gcs_endpoint}")
+
+    def stream():
+        yield b"x" * (1024 * 1024)
+        yield b"y" * (1024 * 1024)
+        raise ConnectionResetError("etcd went away mid-snapshot")
+
+    with pytest.raises(ConnectionResetError) as raised:
+        upload_gcs(client, location, stream(), part_size=256 * 1024)
+    del raised  # its traceback holds the writer
+    gc.collect()
+    assert not list(client.list_blobs(bucket))
+    with pytest.raises(ObjectStoreError, match="empty"):
+        upload_gcs(client, location, iter(()))
+    gc.collect()
+    assert not list(client.list_blobs(bucket))

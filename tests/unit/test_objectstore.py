@@ -1,15 +1,20 @@
-"""Object URLs, their templates, chunk regrouping and the choice of the member to snapshot."""
+"""Object URLs, their templates, parts sent while the stream is received, and the choice of the
+member to snapshot."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import random
+import threading
+import time
 
 import pytest
 from ansible.module_utils.qk_objectstore import (
     ObjectStoreError,
-    _parts,
     parse_object_url,
     render_object_url,
+    send_parts,
 )
 from ansible.module_utils.qk_snapshot import SnapshotSourceError, pick_member, secret_data
 
@@ -61,10 +66,103 @@ def test_bad_urls_say_what_is_wrong(url, says):
         parse_object_url(url)
 
 
-def test_chunks_are_regrouped_into_parts_of_the_given_size():
-    parts = list(_parts([b"ab", b"cdefg", b"", b"h"], 3))
-    assert parts == [b"abc", b"def", b"gh"]
-    assert list(_parts([], 3)) == []
+class Recorder:
+    """A ``send`` that keeps what it was given, and counts sends started, ended and at once."""
+
+    def __init__(self, fail_at=None, gate=None, seconds=0.0):
+        self.parts, self.buffers, self.fail_at, self.gate = {}, set(), fail_at, gate
+        self.seconds = seconds
+        self.started = self.ended = self.running = self.most = 0
+        self.lock = threading.Lock()
+
+    def __call__(self, number, buffer, length):
+        with self.lock:
+            self.started += 1
+            self.running += 1
+            self.most = max(self.most, self.running)
+            self.buffers.add(id(buffer))
+        try:
+            if self.gate:
+                self.gate.wait(10)
+            if self.seconds:
+                time.sleep(self.seconds)  # a slow store: sending is slower than receiving
+            if number == self.fail_at:
+                raise ConnectionResetError(f"part {number} refused")
+            self.parts[number] = bytes(buffer[:length])
+        finally:
+            with self.lock:
+                self.running -= 1
+                self.ended += 1
+
+
+def test_chunks_are_regrouped_into_parts_sent_in_order_with_one_worker():
+    send = Recorder()
+    sent = send_parts([b"ab", b"cdefg", b"", b"h"], send, part_size=3, workers=1)
+    assert send.parts == {1: b"abc", 2: b"def", 3: b"gh"}
+    assert sent == {"size": 8, "sha256": hashlib.sha256(b"abcdefgh").hexdigest(), "parts": 3}
+    empty = Recorder()
+    assert send_parts([], empty, part_size=3, workers=1)["parts"] == 0
+    assert empty.started == 0
+
+
+def test_parts_sent_at_once_reassemble_the_stream_from_a_few_reused_buffers():
+    rng = random.Random(7)
+    data = rng.randbytes(200_000)
+    cuts = sorted({0, len(data), *(rng.randrange(len(data)) for _ in range(90))})
+    chunks = [data[a:b] for a, b in zip(cuts, cuts[1:], strict=False)]  # of any size
+    send = Recorder(seconds=0.001)
+    sent = send_parts(iter(chunks), send, part_size=4096, workers=3)
+    assert b"".join(send.parts[n] for n in sorted(send.parts)) == data
+    assert sorted(send.parts) == list(range(1, sent["parts"] + 1)) and sent["parts"] == 49
+    assert sent["sha256"] == hashlib.sha256(data).hexdigest()
+    assert len(send.buffers) <= 4, "memory grows with the stream: buffers are not reused"
+    assert send.most <= 3
+
+
+def test_receiving_waits_while_every_buffer_is_being_sent():
+    """Against a store slower than the stream, no more than workers + 1 parts, and the chunk in
+    hand, are ever read ahead of the sends that ended: memory does not grow with the stream."""
+    ahead = []
+    send = Recorder(seconds=0.02)
+
+    def stream():
+        for i in range(40):
+            ahead.append((i + 1) * 512 - send.ended * 1024)  # bytes read, not yet sent
+            yield b"x" * 512
+
+    send_parts(stream(), send, part_size=1024, workers=2)
+    assert send.ended == 20
+    assert max(ahead) <= 3 * 1024 + 512, f"bytes read ahead of the sends: {ahead}"
+    assert len(send.buffers) <= 3
+
+
+def test_a_failed_send_stops_the_stream_and_is_raised_after_the_sends_in_flight():
+    read = []
+
+    def stream():
+        for i in range(1000):
+            read.append(i)
+            yield b"y" * 100
+
+    send = Recorder(fail_at=3)
+    with pytest.raises(ConnectionResetError, match="part 3 refused"):
+        send_parts(stream(), send, part_size=100, workers=3)
+    assert len(read) < 1000, "the stream was read to its end after a send had failed"
+    assert send.started == send.ended, "raised while a send was still running"
+
+
+def test_a_broken_stream_is_raised_after_the_sends_in_flight():
+    gate = threading.Event()
+
+    def stream():
+        yield b"z" * 300
+        gate.set()
+        raise ConnectionResetError("etcd went away")
+
+    send = Recorder(gate=gate)
+    with pytest.raises(ConnectionResetError, match="etcd went away"):
+        send_parts(stream(), send, part_size=100, workers=3)
+    assert send.started == send.ended
 
 
 def member(name, leader=False, healthy=True, learner=False, raft_index=10):
