@@ -16,7 +16,10 @@ description:
     pod (init container C(fetch) downloads and checks the snapshot, container C(restore) runs
     C(etcdutl snapshot restore) with the member's own flags into its data dir).
   - C(create_cluster) - creates the EtcdCluster (spec = the restore's clusterTemplate, the
-    restore's annotation, no owner) and deletes the restore pods.
+    restore's annotation, no owner) and deletes the restore pods. An in-place restore
+    (C(spec.inPlace), a disaster recovery) instead sets the restore's annotation on the existing
+    EtcdCluster that names it in its recovery annotation: the cluster then starts its members
+    on the restored volumes.
   - C(fail) - deletes the PVCs this restore created and its pods except I(keep_pods) (failed
     ones, kept for their logs). Never touches a PVC that does not carry this restore's UID.
   - C(complete) - reads the restored cluster's store revision through its client Service.
@@ -123,6 +126,11 @@ deleted:
   type: list
   elements: str
   returned: always
+patched:
+  description: Names of what was patched (C(EtcdCluster/z) handed back by an in-place restore).
+  type: list
+  elements: str
+  returned: always
 revision:
   description: With C(complete), the store revision of the restored cluster.
   type: int
@@ -136,6 +144,7 @@ from ansible.module_utils.qk_members import client_service_url
 from ansible.module_utils.qk_objectstore import ObjectStoreError, download, parse_object_url
 from ansible.module_utils.qk_restore import (
     API_VERSION,
+    RECOVERY_KEY,
     RESTORE_KEY,
     render_restore_pod,
     render_restored_cluster,
@@ -165,7 +174,7 @@ class Discard:
 class Restore:
     def __init__(self, module, client):
         self.module, self.p, self.client = module, module.params, client
-        self.result = {"changed": False, "created": [], "deleted": []}
+        self.result = {"changed": False, "created": [], "deleted": [], "patched": []}
         self.restore = client.get(API_VERSION, "EtcdRestore", self.p["name"], self.p["namespace"])
         if self.restore is None:
             raise StepError("StepFailed", f"EtcdRestore {self._where(self.p['name'])} is gone")
@@ -276,6 +285,23 @@ class Restore:
             if self._did("created", "EtcdCluster", name):
                 wanted = render_restored_cluster(self.restore, name, spec["clusterTemplate"])
                 self._create(wanted)
+        elif (
+            spec.get("inPlace")
+            and (cluster["metadata"].get("annotations") or {}).get(RECOVERY_KEY) == self.p["name"]
+        ):
+            # Disaster recovery: the cluster exists; marking it with this restore's UID hands
+            # the restored volumes back (its bootstrap step starts the members on them).
+            annotations = cluster["metadata"].get("annotations") or {}
+            if annotations.get(RESTORE_KEY) != self.uid and self._did(
+                "patched", "EtcdCluster", name
+            ):
+                self.client.patch(
+                    API_VERSION,
+                    "EtcdCluster",
+                    name,
+                    {"metadata": {"annotations": {RESTORE_KEY: self.uid}}},
+                    self.p["namespace"],
+                )
         elif (cluster["metadata"].get("annotations") or {}).get(RESTORE_KEY) != self.uid:
             raise StepError(
                 "ClusterExists",

@@ -51,6 +51,19 @@ deleting:
   description: Whether it is being deleted.
   type: bool
   returned: when it exists
+name:
+  description: Its name.
+  type: str
+  returned: when it exists
+in_place:
+  description: spec.inPlace (an EtcdCluster's disaster recovery restoring into that cluster).
+  type: bool
+  returned: when it exists
+members_left:
+  description: With in_place, the EtcdPeers and member pods of the cluster still there.
+  type: list
+  elements: str
+  returned: when it exists
 uid:
   description: Its UID (what marks everything it creates).
   type: str
@@ -83,7 +96,9 @@ source:
   type: dict
   returned: when it exists
 cluster:
-  description: The target EtcdCluster (exists, restore_uid, deleting, available, message).
+  description: >-
+    The target EtcdCluster (exists, restore_uid, recovery (its recovery annotation), deleting,
+    available, message).
   type: dict
   returned: when it exists
 pvcs:
@@ -105,6 +120,7 @@ step:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
+from ansible.module_utils.qk_members import CLUSTER_LABEL
 from ansible.module_utils.qk_restore import (
     API_VERSION,
     RESTORE_KEY,
@@ -132,6 +148,16 @@ def failed_log(client, pod, lines):
         return ""
 
 
+def members_left(client, namespace, cluster_name):
+    """EtcdPeers and member pods of the cluster an in-place restore waits to be gone."""
+    selector = f"{CLUSTER_LABEL}={cluster_name}"
+    peers = client.list(API_VERSION, "EtcdPeer", namespace, label_selector=selector)
+    pods = client.list("v1", "Pod", namespace, label_selector=selector)
+    return [f"EtcdPeer/{x['metadata']['name']}" for x in peers] + [
+        f"Pod/{x['metadata']['name']}" for x in pods
+    ]
+
+
 def observe(client, name, namespace, log_lines):
     restore = client.get(API_VERSION, "EtcdRestore", name, namespace)
     if restore is None:
@@ -153,9 +179,13 @@ def observe(client, name, namespace, log_lines):
         ),
         {},
     )
+    in_place = bool(spec.get("inPlace"))
     observed = {
         "exists": True,
         "deleting": bool(meta.get("deletionTimestamp")),
+        "name": name,
+        "in_place": in_place,
+        "members_left": members_left(client, namespace, cluster_name) if in_place else [],
         "uid": meta["uid"],
         "namespace": namespace,
         "phase": status.get("phase") or "Pending",

@@ -56,6 +56,8 @@ API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
 # On the EtcdCluster and the PVCs a restore creates (annotation), and on its pods (label).
 RESTORE_KEY = "etcd.quorumkeeper.dev/restore"
 RESTORE_PEER_LABEL = "etcd.quorumkeeper.dev/restore-peer"
+# On an EtcdCluster under automatic disaster recovery: the name of its in-place EtcdRestore.
+RECOVERY_KEY = "etcd.quorumkeeper.dev/recovery"
 
 # Failure reasons after which the restore is not tried again (the spec is immutable: the user
 # fixes the cause and creates a new EtcdRestore). Any other reason is tried again after the
@@ -151,13 +153,20 @@ def resolve_source(restore, backup=None, parse_url=None):
 def summarize_cluster(cluster):
     """The target EtcdCluster: ``{exists, restore_uid, deleting, available, message}``."""
     if cluster is None:
-        return {"exists": False, "restore_uid": "", "deleting": False, "available": False}
+        return {
+            "exists": False,
+            "restore_uid": "",
+            "recovery": "",
+            "deleting": False,
+            "available": False,
+        }
     meta = cluster.get("metadata") or {}
     available = _condition(cluster, "Available")
     status = cluster.get("status") or {}
     return {
         "exists": True,
         "restore_uid": (meta.get("annotations") or {}).get(RESTORE_KEY, ""),
+        "recovery": (meta.get("annotations") or {}).get(RECOVERY_KEY, ""),
         "deleting": bool(meta.get("deletionTimestamp")),
         # The status must describe the spec as created, not an earlier object of that name.
         "available": available.get("status") == "True"
@@ -326,7 +335,11 @@ def plan_restore(observed):
             "poll",
         )
 
-    if cluster["exists"]:
+    if observed.get("in_place"):
+        waiting = _in_place_wait(observed, theirs)
+        if waiting:
+            return waiting
+    elif cluster["exists"]:
         kept = f"; PVCs {_list(c['name'] for c in ours)} of this restore are kept" if ours else ""
         return _step(
             "refuse",
@@ -338,7 +351,7 @@ def plan_restore(observed):
             "none",
         )
 
-    if theirs:
+    if theirs and not observed.get("in_place"):
         message = (
             f"PVCs {_list(c['name'] for c in theirs)} of cluster {name} exist and were not "
             "created by this restore (they may hold another cluster's data); delete them "
@@ -414,8 +427,12 @@ def plan_restore(observed):
             "create_cluster",
             "Restoring",
             "ClusterCreated",
-            f"members {_list(done)} restored from {source['object_url']}; creating "
-            f"EtcdCluster {name} on their volumes",
+            f"members {_list(done)} restored from {source['object_url']}; "
+            + (
+                f"handing their volumes back to EtcdCluster {name}"
+                if observed.get("in_place")
+                else f"creating EtcdCluster {name} on their volumes"
+            ),
             "poll",
             pods=[p["name"] for p in pods],
         )
@@ -430,6 +447,59 @@ def plan_restore(observed):
         + ", ".join(f"{p['peer']}: {p['phase']} ({p['step']})" for p in under_way),
         "poll",
     )
+
+
+def _in_place_wait(observed, theirs):
+    """An in-place restore (an EtcdCluster's automatic disaster recovery) touches nothing until
+    the cluster names it in its recovery annotation and has handed its members over: no
+    EtcdPeer or member pod of the cluster left (a pending member pod would start on a restored
+    claim), and the members' old claims gone. None when it may restore."""
+    name, namespace = observed["cluster_name"], observed["namespace"]
+    cluster = observed["cluster"]
+    if not cluster["exists"] or cluster["deleting"]:
+        return _step(
+            "refuse",
+            "Failed",
+            "ClusterNotFound",
+            f"EtcdCluster {namespace}/{name} does not exist: an in-place restore (spec.inPlace) "
+            "restores an existing cluster",
+            "none",
+        )
+    if cluster.get("recovery") != observed.get("name"):
+        return _step(
+            "wait",
+            "Pending",
+            "WaitingForHandOver",
+            f"waiting for EtcdCluster {name} to hand its members over (its annotation "
+            f"{RECOVERY_KEY} must name this restore; only its disaster recovery sets it)",
+            "slow",
+        )
+    members = observed.get("members_left") or []
+    if members:
+        return _step(
+            "wait",
+            "Pending",
+            "WaitingForHandOver",
+            f"waiting for the members of EtcdCluster {name} to be gone: {_list(members)}",
+            "poll",
+        )
+    if theirs:
+        return _step(
+            "wait",
+            "Pending",
+            "WaitingForHandOver",
+            f"waiting for the old PVCs of EtcdCluster {name} to be gone: "
+            f"{_list(c['name'] for c in theirs)}"
+            + (
+                ""
+                if all(c["deleting"] for c in theirs)
+                else " (those not being deleted are not the members' data: delete them, "
+                f"kubectl delete pvc -n {namespace} "
+                f"{' '.join(c['name'] for c in theirs if not c['deleting'])})"
+            ),
+            "poll",
+        )
+    return None
 
 
 # --------------------------------------------------------------------------------------------

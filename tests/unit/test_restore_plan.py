@@ -173,6 +173,7 @@ def test_cluster_summary_requires_the_current_generation_to_be_available():
     assert summarize_cluster(cluster) == {
         "exists": True,
         "restore_uid": UID,
+        "recovery": "",
         "deleting": False,
         "available": True,
         "message": "3 of 3",
@@ -555,3 +556,64 @@ def test_the_roles_final_failures_are_the_planners():
     role_vars = Path(__file__).resolve().parents[2] / "roles" / "etcdrestore" / "vars" / "main.yml"
     final = yaml.safe_load(role_vars.read_text())["etcdrestore_final_failures"]
     assert set(final) <= FINAL_REASONS
+
+
+# -- in place: an EtcdCluster's automatic disaster recovery ---------------------------------------
+
+
+def recovering_cluster(recovery="c-recovery-20261122-101500", restore_uid=""):
+    return {
+        "exists": True,
+        "restore_uid": restore_uid,
+        "recovery": recovery,
+        "deleting": False,
+        "available": False,
+        "message": "etcd has no healthy quorum",
+    }
+
+
+def in_place(**over):
+    base = {
+        "name": "c-recovery-20261122-101500",
+        "in_place": True,
+        "members_left": [],
+        "cluster": recovering_cluster(),
+    }
+    base.update(over)
+    return observed(**base)
+
+
+def test_in_place_restore_waits_until_the_cluster_names_it():
+    step = plan_restore(in_place(cluster=recovering_cluster(recovery="")))
+    assert (step["action"], step["reason"]) == ("wait", "WaitingForHandOver")
+    assert "etcd.quorumkeeper.dev/recovery" in step["message"]
+
+
+def test_in_place_restore_waits_for_the_members_and_their_old_claims_to_be_gone():
+    step = plan_restore(in_place(members_left=["EtcdPeer/c-0", "Pod/c-0-abcde"]))
+    assert (step["action"], step["reason"]) == ("wait", "WaitingForHandOver")
+    assert "EtcdPeer/c-0, Pod/c-0-abcde" in step["message"]
+    theirs = [{"name": "c-1", "restore_uid": "", "deleting": True}]
+    step = plan_restore(in_place(pvcs=theirs))
+    assert (step["action"], step["reason"]) == ("wait", "WaitingForHandOver")
+    assert "c-1" in step["message"] and "kubectl delete" not in step["message"]
+    theirs = [{"name": "c-2", "restore_uid": "", "deleting": False}]
+    assert "kubectl delete pvc -n ns c-2" in plan_restore(in_place(pvcs=theirs))["message"]
+
+
+def test_in_place_restore_of_a_missing_cluster_is_refused():
+    step = plan_restore(in_place(cluster=summarize_cluster(None)))
+    assert (step["action"], step["reason"]) == ("refuse", "ClusterNotFound")
+
+
+def test_in_place_restore_restores_the_volumes_of_the_existing_cluster_and_hands_them_back():
+    step = plan_restore(in_place())
+    assert (step["action"], step["verify"]) == ("restore_volumes", True), "no ClusterExists"
+    done = in_place(
+        pvcs=ours("c-0", "c-1", "c-2"), pods=pods(*[(f"c-{i}", "Succeeded") for i in range(3)])
+    )
+    step = plan_restore(done)
+    assert step["action"] == "create_cluster"
+    assert "handing their volumes back to EtcdCluster c" in step["message"]
+    handed = in_place(cluster=recovering_cluster(restore_uid=UID), pvcs=ours("c-0", "c-1", "c-2"))
+    assert plan_restore(handed)["reason"] == "WaitingForCluster"
