@@ -35,7 +35,7 @@ test: toolchain ## Lint, then every test suite (starts and stops the servers it 
 ##@ Local cluster
 
 .PHONY: toolchain
-toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, node agent, venv
+toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, node agent, soak checker, venv
 	python3 hack/toolchain/install.py
 
 .PHONY: cluster-up
@@ -92,15 +92,24 @@ bundle: toolchain ## Regenerate the OLM bundle from config/
 lint: toolchain ## ruff and ansible-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	PATH=$(VENV)/bin:$$PATH ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils $(VENV)/bin/ansible-lint roles playbooks
+	PATH=$(VENV)/bin:$$PATH ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils $(VENV)/bin/ansible-lint roles playbooks molecule
+
+SCENARIO ?=
 
 .PHONY: molecule
-molecule: toolchain ## The Operator SDK molecule scenario on the local cluster
-	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/molecule test
+molecule: toolchain ## Every molecule scenario (molecule/*) on the local cluster; SCENARIO=name for one
+	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/molecule test $(if $(SCENARIO),-s $(SCENARIO),--all)
 
 .PHONY: bench
 bench: cluster-up ## Benchmarks; results in bench/results/
 	$(PYTHON) bench/run.py
+
+ROUNDS ?= 100
+SOAK_REPORT ?= bench/results/soak.json
+
+.PHONY: soak
+soak: cluster-up ## Chaos soak (ROUNDS=100): faults under load, history checked; bench/results/soak.json
+	$(PYTHON) hack/soak.py --rounds $(ROUNDS) --report $(SOAK_REPORT)
 
 .PHONY: help
 help: ## Show this help

@@ -26,6 +26,9 @@ Operator (medians over --runs, every sample in the result file):
 - restore: an EtcdRestore of that backup into a new cluster of 3 -> Completed, against
   `etcdutl snapshot restore` of the same object into 3 data dirs on the host (alone, it makes
   the backup first).
+- upgrade: a rolling upgrade of 3 members, 3.5.35 -> 3.6.16, while one client writes through the
+  client Service retrying each write for up to 1 s: the share of writes acknowledged, and the
+  acknowledged writes not read back afterwards (issue 8).
 - profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
   process each), CPU seconds, wall time; read from ansible-runner's job events.
 
@@ -61,6 +64,7 @@ import faults  # noqa: E402
 from backuphelpers import backup_manifest  # noqa: E402  (tests/e2e/backuphelpers.py)
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
 from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noqa: E402
+from upgradehelpers import AckedWriter, wait_upgraded  # noqa: E402  (tests/e2e/upgradehelpers.py)
 
 RESULTS = ROOT / "bench" / "results"
 LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
@@ -1320,6 +1324,60 @@ def bench_restore(kube: Kube, runs: int) -> None:
     )
 
 
+def bench_upgrade(kube: Kube, runs: int) -> None:
+    """A rolling upgrade of 3 members, 3.5.35 -> 3.6.16, while one client writes unique keys
+    one after the other through the client Service, each write retried for up to 1 s: the
+    share of the writes attempted during the upgrade that were acknowledged, and the
+    acknowledged writes missing when read back afterwards (each run a new cluster)."""
+    deploy_operator(kube)
+    percents, lost_total, samples = [], 0, []
+    for run in range(runs):
+        driver = new_driver(kube)
+        driver.version = "3.5.35"
+        driver.create(3)
+        driver.wait_available(3, timeout=300)
+        wait_until(
+            "the cluster version",
+            lambda d=driver: d.get()["status"].get("clusterVersion") == "3.5.0",
+            60,
+        )
+        endpoint = driver.client_endpoint()
+        with AckedWriter(endpoint, f"/bench-upgrade/{run}/") as writer:
+            wait_until("the first writes", lambda w=writer: len(w.acknowledged) >= 50, 60)
+            first = writer.attempted + 1
+            started = time.monotonic()
+            driver.patch_spec(version="3.6.16")
+            wait_upgraded(driver, "3.6.16", 3, timeout=600)
+            seconds = time.monotonic() - started
+            last = writer.attempted
+        lost = writer.lost(endpoint)
+        window = writer.window(first, last)
+        percents.append(window["acknowledged_percent"])
+        lost_total += len(lost)
+        samples.append(
+            {
+                "upgrade_seconds": round(seconds, 1),
+                **window,
+                "lost_acknowledged": len(lost),
+                "lost_keys": lost[:10],
+                "whole_run": writer.summary(),
+            }
+        )
+        print(f"upgrade run {run}: {samples[-1]}", flush=True)
+        drop_namespace(kube, driver.namespace)
+    record(
+        "operator_upgrade",
+        percents,
+        ">= 99.9% of the writes attempted during the upgrade acknowledged, 0 acknowledged "
+        "writes lost (issue 8)",
+        unit="%",
+        lost_acknowledged_writes=lost_total,
+        upgrade_seconds_median=statistics.median(s["upgrade_seconds"] for s in samples),
+        path="3.5.35 -> 3.6.16, 3 members, one writer retrying each write for up to 1 s",
+        runs=samples,
+    )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -1334,6 +1392,7 @@ BENCHMARKS = {
     "backup": bench_backup,
     "backup_1gib": bench_backup_1gib,
     "restore": bench_restore,
+    "upgrade": bench_upgrade,
 }
 
 

@@ -11,6 +11,10 @@ short_description: Report etcd cluster membership, per-member health, leader and
 description:
   - Lists the members of an etcd cluster through the first endpoint that answers, then asks
     every member for its status through its own advertised client URL.
+  - A member whose advertised URLs do not answer from where the module runs is asked through
+    I(endpoints) instead, recognised by the member ID etcd puts in each answer. So a host
+    outside the cluster's DNS can pass the pods' IPs, although the members advertise names
+    that only resolve inside the cluster.
   - Never changes anything.
 options:
   endpoints:
@@ -55,8 +59,9 @@ reachable:
 members:
   description: >-
     Members: name, id (hex as etcdctl prints), peer_urls, client_urls, is_learner, healthy
-    (its own client URL answered a status call), is_leader, version, db_size, raft_index,
-    raft_term, errors.
+    (it answered a status call, on an advertised client URL or else on one of I(endpoints)),
+    is_leader, version, db_size, raft_index, raft_term, errors (of the URLs that did not
+    answer).
   type: list
   elements: dict
   returned: always

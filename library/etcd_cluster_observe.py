@@ -99,32 +99,54 @@ services:
   description: Whether the headless (C(headless)) and client (C(client)) Services exist.
   type: dict
   returned: always
+pdb:
+  description: The cluster's PodDisruptionBudget (exists, max_unavailable, disruptions_allowed).
+  type: dict
+  returned: always
 endpoints:
   description: Whether the client Service's Endpoints exist (C(exists)) and carry the annotations
     that route their changes to this EtcdCluster (C(annotated)).
   type: dict
   returned: always
+recovery_restore:
+  description: >-
+    The in-place EtcdRestore of an automatic disaster recovery, named by the EtcdCluster's
+    annotation C(etcd.quorumkeeper.dev/recovery): name, exists, uid, phase, message, backup, and
+    pending (true until it has handed the restored volumes to the cluster). Null without that
+    annotation.
+  type: dict
+  returned: always
+now:
+  description: Time of the observation (UTC, RFC 3339); the disaster recovery delay counts on it.
+  type: str
+  returned: always
 backups:
   description: >-
-    Only when etcd answers without a healthy quorum: this cluster's EtcdBackups
+    Only without a healthy quorum, when etcd answers or a member's data is gone: this
+    cluster's EtcdBackups
     (C(spec.source.clusterName)), each with name, phase, revision, completion_time, verified
     (the C(Verified) condition's status) and verification_failed (the verification found the
     snapshot bad); null when they could not be listed (C(backups_error) says why).
   type: list
   elements: dict
-  returned: when etcd answers without a healthy quorum
+  returned: without a healthy quorum, when etcd answers or a member's data is gone
 etcd:
   description: What etcd says, as etcd_cluster_info returns it (reachable, members, leader, quorum,
-    healthy, cluster_version, endpoint_errors).
+    healthy, cluster_version, endpoint_errors), and alarms (C([{member_id, alarm}]), null
+    when no healthy member answered).
   type: dict
   returned: always
 """
 
+from datetime import UTC, datetime
+
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.qk_disruption import PDB_API_VERSION, pdb_name, summarize_pdb
 from ansible.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdClient,
+    EtcdOperationError,
     EtcdUnreachable,
     quorum_summary,
 )
@@ -142,6 +164,7 @@ from ansible.module_utils.qk_members import (
     summarize_pvc,
     summarize_replicaset,
 )
+from ansible.module_utils.qk_restore import RECOVERY_KEY, RESTORE_KEY
 from ansible.module_utils.qk_verify import RETRYABLE_REASONS
 
 UNREACHABLE = {
@@ -177,6 +200,7 @@ def peer_summary(peer):
         "pvc_uid": status.get("pvcUID") or "",
         "version": spec.get("version", ""),
         "repository": spec.get("repository", ""),
+        "force_new_cluster": bool(spec.get("forceNewCluster")),
         "status": {
             k: status[k]
             for k in ("ready", "podName", "memberID", "serverVersion", "conditions")
@@ -234,11 +258,15 @@ def observe_kubernetes(p, cached, direct):
             "exists": cluster is not None,
             "deleting": bool(cluster and cluster["metadata"].get("deletionTimestamp")),
         },
+        "recovery_restore": recovery_restore(p, direct, cluster),
         "peers": peers,
         "pods": pods,
         "pvcs": pvcs,
         "replicasets": replicasets,
         "services": services,
+        "pdb": summarize_pdb(
+            direct.get(PDB_API_VERSION, "PodDisruptionBudget", pdb_name(name), namespace)
+        ),
         "endpoints": {
             "exists": endpoints is not None,
             "annotated": endpoints is not None
@@ -260,9 +288,49 @@ def observe_etcd(p, peers):
     ]
     try:
         with EtcdClient(endpoints, timeout=p["timeout"]) as client:
-            return client.cluster_info()
+            info = client.cluster_info()
+            info["alarms"] = observe_alarms(client, info)
+            return info
     except EtcdUnreachable as exc:
         return dict(UNREACHABLE, endpoint_errors=exc.errors)
+
+
+def observe_alarms(client, info):
+    """Active alarms (an upgrade waits while one is): asked of a healthy member; None when
+    there is none or it does not answer."""
+    healthy = [u for m in info["members"] if m.get("healthy") for u in m.get("client_urls", [])]
+    if not healthy:
+        return None
+    try:
+        return client.alarms(healthy)
+    except (EtcdUnreachable, EtcdOperationError):
+        return None
+
+
+def recovery_restore(p, direct, cluster):
+    """The in-place EtcdRestore of a disaster recovery that the EtcdCluster's annotation names,
+    or None. ``pending`` until the restore has handed the restored volumes to the cluster (it
+    then sets the cluster's restore annotation to its UID)."""
+    annotations = ((cluster or {}).get("metadata") or {}).get("annotations") or {}
+    name = annotations.get(RECOVERY_KEY)
+    if not name:
+        return None
+    restore = direct.get(p["api_version"], "EtcdRestore", name, p["namespace"])
+    if restore is None:
+        # Deleted: that recovery is over (or was given up); a new one may start.
+        return {"name": name, "exists": False, "pending": False}
+    status = restore.get("status") or {}
+    conditions = status.get("conditions") or []
+    latest = max(conditions, key=lambda c: c.get("lastTransitionTime") or "", default={})
+    return {
+        "name": name,
+        "exists": True,
+        "uid": restore["metadata"]["uid"],
+        "pending": annotations.get(RESTORE_KEY) != restore["metadata"]["uid"],
+        "phase": status.get("phase") or "Pending",
+        "message": latest.get("message") or "",
+        "backup": ((restore.get("spec") or {}).get("source") or {}).get("backupName") or "",
+    }
 
 
 def backup_summary(backup):
@@ -318,8 +386,16 @@ def main():
     except (KubeConfigError, KubeError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
     observed["etcd"] = observe_etcd(p, observed["peers"])
-    if observed["etcd"]["reachable"] and not observed["etcd"]["healthy"]:
-        # Without a quorum only: the status names the backup a person can restore from.
+    observed["now"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    data_lost = any(
+        not claim["exists"] or claim["uid"] != x["pvc_uid"] or claim["deleting"]
+        for x in observed["peers"]
+        if x["pvc_uid"]
+        for claim in [observed["pvcs"].get(x["name"]) or {"exists": False}]
+    )
+    if not observed["etcd"]["healthy"] and (observed["etcd"]["reachable"] or data_lost):
+        # Without a quorum only: the backup to restore from (by a person, or by the automatic
+        # disaster recovery).
         observed.update(observe_backups(p, direct))
     module.exit_json(changed=False, **observed)
 

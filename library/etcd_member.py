@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: etcd_member
-short_description: Quorum-safe etcd membership changes (add learner, promote, remove)
+short_description: Quorum-safe etcd membership changes (add learner, promote, remove, move leader)
 description:
   - C(present) adds a member (as a raft learner by default) unless a member with that name or
     any of those peer URLs exists, and returns the C(initial_cluster) string the new member must
@@ -15,6 +15,8 @@ description:
   - C(promoted) promotes a learner to a voting member, retrying while the learner catches up.
   - C(absent) removes a member, after checking that the remaining healthy voting members still
     form a quorum; when the member is the leader, leadership is moved to a healthy voter first.
+  - C(leader) makes a healthy voting member the leader (etcd's MoveLeader, sent to the current
+    leader) and waits until it leads, e.g. before the current leader is restarted.
   - In check mode the cluster is inspected and the planned actions are returned; nothing changes.
 options:
   endpoints:
@@ -38,7 +40,7 @@ options:
   state:
     description: Desired membership state.
     type: str
-    choices: [present, promoted, absent]
+    choices: [present, promoted, absent, leader]
     default: present
   learner:
     description: With C(state=present), add the member as a non-voting learner.
@@ -92,6 +94,12 @@ EXAMPLES = r"""
     state: promoted
     wait_timeout: 60
 
+- name: Hand leadership to etcd-2 before restarting the leader
+  etcd_member:
+    endpoints: "{{ client_urls }}"
+    name: etcd-2
+    state: leader
+
 - name: Remove etcd-0 (quorum-checked, leadership moved first)
   etcd_member:
     endpoints: "{{ client_urls }}"
@@ -117,7 +125,7 @@ actions:
 leader_moved_to:
   description: C({id, name}) of the member that took over leadership, when it was moved.
   type: dict
-  returned: state=absent and leadership was moved
+  returned: state=absent or leader, when leadership was moved
 """
 
 import time
@@ -416,6 +424,43 @@ class Runner:
             self.result["changed"] = new_leader is not None
             self.fail(f"could not remove {label}: {exc}")
 
+    # -- leader -------------------------------------------------------------------------------
+    def leader(self):
+        info = self.info()
+        target = self.find(info["members"])
+        if target is None:
+            self.fail(f"cannot move leadership to {self.label()}: no such member")
+        self.result["member"] = public_member(target)
+        if target.get("is_leader"):
+            return
+        label = describe_member(target)
+        if target["is_learner"] or not target.get("healthy"):
+            why = "a learner" if target["is_learner"] else "not healthy"
+            self.fail(f"cannot move leadership to {label}: it is {why}")
+        current = next((m for m in info["members"] if m.get("is_leader")), None)
+        if current is None:
+            self.fail(f"cannot move leadership to {label}: the cluster has no leader now")
+        self.result["actions"].append(f"move leadership from {describe_member(current)} to {label}")
+        self.result["changed"] = True
+        if self.module.check_mode:
+            return
+        try:
+            self.retrying(lambda: self.client.move_leader(current["client_urls"], target["id"]))
+        except (EtcdOperationError, EtcdUnreachable) as exc:
+            self.result["changed"] = False
+            self.fail(f"could not move leadership to {label}: {exc}")
+        deadline = time.monotonic() + max(self.p["timeout"], 1.0) * 2
+        try:
+            info = wait_for_leader_change(self.client, current["id"], deadline)
+        except EtcdUnreachable as exc:
+            self.fail(f"lost contact with etcd after moving leadership: {exc}")
+        if not info["leader"] or info["leader"]["id"] != target["id"]:
+            self.fail(
+                f"leadership did not move to {label} in time (leader now: "
+                f"{(info['leader'] or {}).get('name') or 'none'})"
+            )
+        self.result["leader_moved_to"] = dict(info["leader"])
+
     def transfer_leadership(self, target, new_leader):
         label = describe_member(target)
         try:
@@ -444,7 +489,11 @@ def main():
         name={"type": "str"},
         peer_urls={"type": "list", "elements": "str", "default": []},
         id={"type": "str"},
-        state={"type": "str", "choices": ["present", "promoted", "absent"], "default": "present"},
+        state={
+            "type": "str",
+            "choices": ["present", "promoted", "absent", "leader"],
+            "default": "present",
+        },
         learner={"type": "bool", "default": True},
         wait_timeout={"type": "float", "default": 0},
         move_leader={"type": "bool", "default": True},

@@ -245,6 +245,14 @@ def install_nodeagent() -> Path:
     return out
 
 
+def install_soak_checker() -> Path:
+    """The chaos soak's linearizability checker (porcupine, from the Go module proxy)."""
+    source = ROOT / "hack" / "soak" / "checker"
+    out = BIN / f"soak-checker-{source_digest(source)}"
+    go_build(source, out, {"soak-checker": "."}, "-s -w")
+    return out
+
+
 STEPS = [
     "debian",
     "venv",
@@ -254,8 +262,9 @@ STEPS = [
     "coredns",
     "minio",
     "nodeagent",
+    "soak-checker",
 ]
-GO_STEPS = {"kubernetes", "etcd", "ansible-operator", "coredns", "minio", "nodeagent"}
+GO_STEPS = set(STEPS) - {"debian", "venv"}
 
 
 def main() -> int:
@@ -285,6 +294,8 @@ def main() -> int:
         manifest["minio"] = str(install_minio())
     if "nodeagent" in wanted:
         manifest["nodeagent"] = str(install_nodeagent())
+    if "soak-checker" in wanted:
+        manifest["soak_checker"] = str(install_soak_checker())
     CACHE.mkdir(parents=True, exist_ok=True)
     MANIFEST.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     log(f"toolchain ready in {time.monotonic() - started:.1f}s: {MANIFEST}")

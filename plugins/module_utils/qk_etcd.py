@@ -59,6 +59,8 @@ ERR_NOT_ENOUGH_STARTED = "not enough started members"
 # Cluster-level conditions that clear by themselves (etcd's strict reconfiguration check wants
 # the leader connected to every voter for 5 seconds; elections).
 TRANSIENT_CLUSTER_ERRORS = ("unhealthy cluster", "leader changed", "no leader")
+# etcdserverpb.AlarmType
+ALARM_NAMES = {0: "NONE", 1: "NOSPACE", 2: "CORRUPT"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,7 +426,16 @@ class EtcdClient:
         raise EtcdUnreachable(endpoints, errors)
 
     def statuses(self, members):
-        """Status of each member, asked through its own client URLs, concurrently."""
+        """Status of each member, asked through its own client URLs, concurrently.
+
+        A member whose advertised URLs do not answer from here is then looked for among this
+        client's own endpoints that are nobody's advertised URL, by the member ID in each answer's
+        header: a caller outside the cluster network (a host without cluster DNS, where members
+        advertise in-cluster names) reaches members only through the addresses it was given, and
+        a member that answers there is as alive as one answering on its advertised name.
+        Returns ``[(status or None, errors)]`` in ``members`` order; a status's ``endpoint`` is
+        the URL that answered.
+        """
 
         async def one(member):
             urls = member.get("client_urls") or []
@@ -438,7 +449,20 @@ class EtcdClient:
                     errs.append(f"{url}: {describe_error(exc)}")
             return None, errs
 
-        return self._run(self._gather([one(m) for m in members]))
+        results = self._run(self._gather([one(m) for m in members]))
+        advertised = {u.rstrip("/") for m in members for u in m.get("client_urls") or []}
+        others = [ep for ep in self.endpoints if ep not in advertised]
+        if not others or all(st is not None for st, _ in results):
+            return results
+        answers = self._run(self._gather([self._status(ep) for ep in others]))
+        by_id = {}
+        for answer in answers:
+            if not isinstance(answer, BaseException):
+                by_id.setdefault(answer["id"], answer)
+        return [
+            (by_id.get(m["id"]), errs) if st is None and m.get("client_urls") else (st, errs)
+            for m, (st, errs) in zip(members, results, strict=True)
+        ]
 
     def cluster_version(self, client_urls):
         """The cluster-wide version from the first member answering ``/version``."""
@@ -487,7 +511,8 @@ class EtcdClient:
         voting = [m for m in members if not m["is_learner"]]
         healthy_voting = [m for m in voting if m["healthy"]]
         quorum = quorum_summary(len(voting), len(healthy_voting))
-        healthy_urls = [u for m in members if m["healthy"] for u in m["client_urls"]]
+        # The URLs that answered: a member's advertised ones may not resolve from here.
+        healthy_urls = [st["endpoint"] for st in statuses if st]
         return {
             "reachable": True,
             "endpoint": answered_by,
@@ -565,6 +590,22 @@ class EtcdClient:
             await self._maint(ep).move_leader(parse_member_id(target_id), timeout=self.timeout)
 
         self._call_any(leader_endpoints, call, "MoveLeader")
+
+    def alarms(self, endpoints=None):
+        """The cluster's active alarms: ``[{member_id, alarm}]`` (``NOSPACE``, ``CORRUPT``)."""
+
+        async def call(ep):
+            resp = await self._maint(ep).alarms(timeout=self.timeout)
+            return [
+                {
+                    "member_id": member_id_hex(a.memberID),
+                    "alarm": ALARM_NAMES.get(int(a.alarm), str(a.alarm)),
+                }
+                for a in resp.alarms
+            ]
+
+        alarms, _ = self._call_any(endpoints or self.endpoints, call, "Alarm")
+        return alarms
 
     def put(self, key, value, endpoints=None):
         async def call(ep):

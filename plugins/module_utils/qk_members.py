@@ -188,6 +188,8 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
             f"--initial-cluster={initial}",
             f"--initial-cluster-state={state}",
             f"--initial-cluster-token={cluster}",
+            # Disaster recovery only: one start as a one-member cluster on the survivor's data.
+            *(["--force-new-cluster"] if spec.get("forceNewCluster") else []),
         ],
         "ports": [
             {"name": "client", "containerPort": client_port},
@@ -300,6 +302,7 @@ def summarize_pod(pod):
         "node": pod.get("spec", {}).get("nodeName", ""),
         "ip": status.get("podIP", ""),
         "created": meta.get("creationTimestamp", ""),
+        "force_new_cluster": started_with_force_new_cluster(pod),
         "last_exit": (
             {"reason": last.get("reason", ""), "exit_code": last.get("exitCode")} if last else None
         ),
@@ -335,6 +338,16 @@ def summarize_pod(pod):
             "check spec.podTemplate (resources, affinity, nodeSelector, tolerations)",
         }
     return summary
+
+
+def started_with_force_new_cluster(pod):
+    """Whether the pod's etcd runs with --force-new-cluster (disaster recovery from a survivor):
+    such a pod must be replaced before any other member joins, or a restart of its container
+    would drop them from the cluster again."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == "etcd":
+            return "--force-new-cluster" in (container.get("args") or [])
+    return False
 
 
 def never_ran(pod):

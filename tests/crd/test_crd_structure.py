@@ -143,8 +143,11 @@ def test_every_cel_rule_has_a_message(kind):
     for path, node, _key in walk(schema_of(kind)):
         for rule in node.get("x-kubernetes-validations", []):
             assert rule.get("message") or rule.get("messageExpression"), f"{path}: {rule['rule']}"
-            if "oldSelf" in rule["rule"]:
+            if "oldSelf" in rule["rule"] and "messageExpression" not in rule:
                 assert "immutable" in rule["message"], f"{path}: explain immutability"
+            elif "oldSelf" in rule["rule"]:
+                # A rule on how a value may change (the version) names the old one and the new.
+                assert "oldSelf" in rule["messageExpression"], f"{path}: name the old value"
 
 
 def resolve(schema: dict, json_path: str) -> dict | None:
@@ -285,7 +288,9 @@ def test_etcdcluster_status_fields():
         "observedGeneration",
         "phase",
         "conditions",
+        "recovery",
     }
+    assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}
     member = status["members"]["items"]["properties"]
     assert set(member) == {
         "name",

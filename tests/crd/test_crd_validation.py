@@ -964,3 +964,18 @@ def test_restore_rules(kube_api, namespace):
         patch(kube_api, namespace, "etcdrestore", "r", {"spec": {"clusterName": "d"}}),
         "the spec of an EtcdRestore is immutable",
     )
+
+
+# -- disaster recovery ------------------------------------------------------------------------
+
+
+def test_disaster_recovery_is_off_unless_asked_and_its_delay_is_bounded(kube_api, namespace):
+    stored = accepted(create(kube_api, namespace, cluster("dr", disasterRecovery={})))
+    assert stored["spec"]["disasterRecovery"] == {"enabled": False, "delaySeconds": 60}
+    for delay in (-1, 86401):
+        proc = create(
+            kube_api, namespace, cluster(f"dr{delay + 2}", disasterRecovery={"delaySeconds": delay})
+        )
+        rejected(proc, "spec.disasterRecovery.delaySeconds")
+    on = cluster("dr-on", disasterRecovery={"enabled": True, "delaySeconds": 0})
+    assert accepted(create(kube_api, namespace, on))["spec"]["disasterRecovery"]["enabled"]

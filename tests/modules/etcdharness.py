@@ -91,6 +91,8 @@ class EtcdNode:
         self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()
+        # What the member advertises to clients; None: where it listens.
+        self.advertise_client_url = None
         self.data_dir = base / f"{name}.etcd"
         self.log_path = base / f"{name}.log"
         self.proc = None
@@ -133,7 +135,7 @@ class EtcdCluster:
             "--listen-client-urls",
             node.client_url,
             "--advertise-client-urls",
-            node.client_url,
+            node.advertise_client_url or node.client_url,
             "--listen-peer-urls",
             node.peer_url,
             "--initial-advertise-peer-urls",
@@ -159,10 +161,13 @@ class EtcdCluster:
         )
         log.close()
 
-    def start(self, n=3, prefix="n"):
+    def start(self, n=3, prefix="n", advertise_client_url=None):
+        """``advertise_client_url(node)``, when given, is what each member advertises."""
         names = [f"{prefix}{i}" for i in range(n)]
         for name in names:
             self.nodes[name] = EtcdNode(name, self.base)
+            if advertise_client_url:
+                self.nodes[name].advertise_client_url = advertise_client_url(self.nodes[name])
         initial = ",".join(f"{nm}={self.nodes[nm].peer_url}" for nm in names)
         for name in names:
             self._spawn(self.nodes[name], initial, "new")

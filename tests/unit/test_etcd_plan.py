@@ -1,6 +1,7 @@
 """The EtcdCluster planner (one quorum-safe step at a time) and the report it writes."""
 
 import importlib.util
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -624,3 +625,167 @@ def test_observe_reports_backups_it_cannot_list_as_unknown():
     params = {"api_version": "etcd.quorumkeeper.dev/v1alpha1", "namespace": "ns", "name": "c"}
     result = observe.observe_backups(params, _Direct(error=error))
     assert result["backups"] is None and "forbidden" in result["backups_error"]
+
+
+# -- automatic disaster recovery (spec.disasterRecovery) ------------------------------------------
+
+SINCE = "2026-11-22T10:15:00Z"
+
+
+def disaster(lost=(1, 2), down=(1, 2), enabled=True, delay=60, elapsed=None, backups=None):
+    """quorum_lost_observation with disaster recovery set, the loss first seen ``elapsed``
+    seconds before the observation (None: seen now for the first time)."""
+    observation = quorum_lost_observation(down=down, lost=lost, backups=backups or [])
+    observation["disaster_recovery"] = {"enabled": enabled, "delaySeconds": delay}
+    observation["now"] = "2026-11-22T10:20:00Z"
+    if elapsed is not None:
+        now = datetime(2026, 11, 22, 10, 20, tzinfo=UTC)
+        since = (now - timedelta(seconds=elapsed)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        observation["current"] = {"recovery": {"quorumLossSince": since}}
+    return observation
+
+
+def test_recovery_off_by_default_keeps_the_advice_for_a_person():
+    step = plan(disaster(enabled=False, elapsed=3600))
+    assert (step["action"], step["reason"]) == ("wait", "QuorumLost")
+    assert "Automatic disaster recovery is off" in step["message"]
+
+
+def test_recovery_waits_for_the_delay_and_says_what_it_will_do():
+    step = plan(disaster(elapsed=None))
+    assert (step["action"], step["reason"]) == ("wait", "QuorumLost")
+    assert "will restart c-0 (raft index 1234, the newest data)" in step["message"]
+    assert "in 60s" in step["message"]
+    assert step["quorum_lost"]["unrecoverable"] is True
+    assert plan(disaster(elapsed=45))["message"].count("in 15s") == 1
+
+
+def test_the_loss_is_timed_from_when_it_was_first_seen():
+    observation = disaster(elapsed=None)
+    status = report_for(observation)["status"]
+    assert status["recovery"] == {"quorumLossSince": "2026-11-22T10:20:00Z"}
+    observation["current"] = {"recovery": {"quorumLossSince": SINCE}}
+    assert report_for(observation)["status"]["recovery"]["quorumLossSince"] == SINCE
+    healthy_again = observed(3, started(3), healthy(3))
+    healthy_again["current"] = {"recovery": {"quorumLossSince": SINCE}}
+    assert report_for(healthy_again)["status"]["recovery"] == {"quorumLossSince": None}
+
+
+def test_members_merely_down_never_start_a_recovery():
+    step = plan(disaster(lost=(2,), down=(1, 2), elapsed=86400))
+    assert (step["action"], step["reason"]) == ("wait", "QuorumLost")
+    assert "waiting for member c-1 to come back" in step["message"]
+    assert "unrecoverable" not in step["quorum_lost"]
+
+
+def test_after_the_delay_the_survivor_with_the_newest_data_forces_a_new_cluster():
+    observation = disaster(lost=(2,), down=(2,), elapsed=61)
+    observation["pvcs"]["c-1"] = pvc(exists=False)
+    step = plan(observation)
+    assert (step["action"], step["peer"]) == ("force_new_cluster", "c-0")
+    # Five members, three lost: 0 and 1 survive with data; the higher raft index wins.
+    peers = [peer(i, member_id=str(i), pvc_uid=f"uid-{i}") for i in range(5)]
+    members = [member(i, healthy=i < 2) for i in range(5)]
+    for i, m in enumerate(members):
+        m["raft_index"] = [900, 1000, None, None, None][i]
+    five = observed(5, peers, members)
+    for i in (2, 3, 4):
+        five["pvcs"][f"c-{i}"] = pvc(exists=False)
+    five["disaster_recovery"] = {"enabled": True, "delaySeconds": 0}
+    five["now"], five["current"], five["backups"] = (
+        SINCE,
+        {"recovery": {"quorumLossSince": SINCE}},
+        [],
+    )
+    step = plan(five)
+    assert (step["action"], step["peer"]) == ("force_new_cluster", "c-1")
+    assert step["recovery"]["source"] == "Survivor" and step["recovery"]["member"] == "c-1"
+    assert "members c-2, c-3, c-4, c-0 as new members" in step["message"]
+    status = report_for(five)["status"]
+    assert status["recovery"]["last"]["member"] == "c-1"
+
+
+def test_a_survivor_that_does_not_answer_is_waited_for_before_choosing():
+    step = plan(disaster(down=(0, 1, 2), elapsed=3600))
+    assert step["action"] == "wait"
+    assert "waits for member c-0 to answer" in step["message"]
+
+
+def test_without_survivors_the_newest_verified_backup_is_restored_in_place():
+    backups = [
+        backup("old", "2026-11-20T01:00:00Z"),
+        backup("newer-unverified", "2026-11-21T01:00:00Z", verified="Unknown"),
+    ]
+    observation = disaster(lost=(0, 1, 2), down=(0, 1, 2), elapsed=120, backups=backups)
+    step = plan(observation)
+    assert (step["action"], step["backup"]) == ("restore_from_backup", "old")
+    assert step["restore"] == "c-recovery-20261122-101800"
+    assert "writes made after that backup are lost" in step["message"]
+
+
+def test_without_survivors_nor_a_verified_backup_nothing_is_restored():
+    backups = [backup("unverified", "2026-11-21T01:00:00Z", verified="Unknown")]
+    step = plan(disaster(lost=(0, 1, 2), down=(0, 1, 2), elapsed=3600, backups=backups))
+    assert (step["action"], step["reason"]) == ("wait", "QuorumLost")
+    assert "cannot act" in step["message"] and "EtcdBackup unverified" in step["message"]
+
+
+def test_a_cluster_where_no_member_answers_and_all_lost_their_data_is_not_unreachable():
+    observation = observed(3, started(3), members=None)
+    for i in range(3):
+        observation["pvcs"][f"c-{i}"] = pvc(exists=False)
+    observation["backups"] = [backup("nightly", "2026-11-21T01:00:00Z")]
+    step = plan(observation)
+    assert step["reason"] == "QuorumLost" and "no member still holds data" in step["message"]
+    assert "EtcdBackup nightly" in step["message"]
+    observation["pvcs"]["c-0"] = pvc("uid-0")
+    step = plan(observation)
+    assert "only c-0 (not answering) still holds data" in step["message"]
+
+
+def flagged(observation, name, spec=True, pod_flag=False):
+    next(p for p in observation["peers"] if p["name"] == name)["force_new_cluster"] = spec
+    observation["pods"][name]["force_new_cluster"] = pod_flag
+    return observation
+
+
+def test_a_forced_member_is_restarted_with_the_flag_then_waited_for_then_restarted_without():
+    observation = flagged(quorum_lost_observation(lost=(1, 2), backups=[]), "c-0")
+    assert plan(observation)["action"] == "force_new_cluster", "its pod does not have the flag yet"
+    observation = flagged(observation, "c-0", pod_flag=True)
+    step = plan(observation)
+    assert (step["action"], step["reason"]) == ("wait", "RecoveringFromSurvivor")
+    alone = observed(3, started(3), [member(0, leader=True)])
+    alone = flagged(alone, "c-0", pod_flag=True)
+    step = plan(alone)
+    assert (step["action"], step["peer"]) == ("finish_force_new_cluster", "c-0")
+    alone = flagged(alone, "c-0", spec=False, pod_flag=True)
+    assert plan(alone)["action"] == "finish_force_new_cluster", "an interrupted finish"
+    alone = flagged(alone, "c-0", spec=False, pod_flag=False)
+    step = plan(alone)
+    assert (step["action"], step["peer"]) == ("replace_member", "c-1"), "then the others rejoin"
+
+
+def test_an_in_place_restore_under_way_hands_the_members_over_then_waits():
+    observation = observed(3, started(3), members=None)
+    restore = {
+        "name": "c-recovery-x",
+        "exists": True,
+        "pending": True,
+        "phase": "Pending",
+        "message": "waiting for hand-over",
+        "backup": "nightly",
+    }
+    observation["recovery_restore"] = restore
+    step = plan(observation)
+    assert (step["action"], step["peers"]) == ("hand_over_members", ["c-0", "c-1", "c-2"])
+    gone = observed(3, [], members=None)
+    gone["recovery_restore"] = restore
+    step = plan(gone)
+    assert (step["action"], step["reason"]) == ("wait", "RecoveringFromBackup")
+    assert "EtcdRestore c-recovery-x is Pending" in step["message"], "never a fresh bootstrap"
+    gone["recovery_restore"] = dict(restore, phase="Failed", message="restore pod failed")
+    step = plan(gone)
+    assert (step["action"], step["reason"]) == ("wait", "RecoveryFailed")
+    gone["recovery_restore"] = dict(restore, pending=False, phase="Restoring")
+    assert plan(gone)["action"] == "bootstrap", "the volumes are handed back"

@@ -1,0 +1,135 @@
+"""The soak's workload and checker against a real 3-member etcd on this host: a history recorded
+while members are killed is linearizable and every acknowledged write reads back; a history or a
+write that was tampered with is caught."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+
+import pytest
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
+from etcdharness import REPO, EtcdCluster, etcd_binary  # noqa: E402
+
+sys.path.insert(0, str(REPO / "hack"))
+
+from soak.history import History, check  # noqa: E402
+from soak.workload import Workload  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def etcd(tmp_path_factory):
+    binary = etcd_binary("3.6.16")
+    if binary is None:
+        pytest.fail("etcd 3.6.16 is not in the toolchain: run `make toolchain`")
+    cluster = EtcdCluster(binary, "3.6.16", tmp_path_factory.mktemp("etcd")).start(3)
+    yield cluster
+    cluster.teardown()
+
+
+def restart(cluster: EtcdCluster, name: str) -> None:
+    initial = ",".join(f"{n}={node.peer_url}" for n, node in cluster.nodes.items())
+    cluster.join(name, initial)
+
+
+def until(description, predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {description}"
+        time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def recorded(etcd, tmp_path_factory):
+    """A history of 4 clients talking to member n1 while n1 is killed and restarted and then
+    the leader is killed; with the final reads and the read-back."""
+    history = History()
+    workload = Workload(etcd.nodes["n1"].client_url, history, clients=4, keys=2, rate=40)
+    with workload:
+        until("traffic", lambda: history.counts()["ok"] > 50)
+        etcd.stop("n1")  # the clients' member: requests in flight are cut, new ones fail
+        seen = history.counts()
+        until("failed requests", lambda: history.counts()["failed"] > seen["failed"])
+        restart(etcd, "n1")
+        workload.set_round("second")
+        until("traffic again", lambda: history.counts()["ok"] > seen["ok"] + 50)
+        until("a leader", lambda: leader_of(etcd))
+        leader = leader_of(etcd)
+        etcd.stop(leader)
+        seen = history.counts()
+        until("traffic after the leader died", lambda: history.counts()["ok"] > seen["ok"] + 50)
+        restart(etcd, leader)
+    final = workload.final_reads(timeout=30)
+    readback = workload.read_back(timeout=60)
+    path = history.dump(tmp_path_factory.mktemp("history") / "history.json")
+    return history, final, readback, path
+
+
+def leader_of(cluster: EtcdCluster) -> str | None:
+    """The member that says it leads (etcd's JSON gateway, no client needed)."""
+    for name, node in cluster.nodes.items():
+        if not node.running():
+            continue
+        request = urllib.request.Request(
+            node.client_url + "/v3/maintenance/status", data=b"{}", method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=2) as response:  # noqa: S310 - loopback
+                status = json.loads(response.read())
+        except OSError:
+            continue
+        if status["header"]["member_id"] == status.get("leader"):
+            return name
+    return None
+
+
+def test_history_under_member_kills_is_linearizable(recorded):
+    history, final, readback, path = recorded
+    counts = history.counts()
+    assert counts["ok"] > 150
+    assert counts["failed"] + counts["indeterminate"] > 0, "the kills had no effect on clients"
+    assert {op for op, c in counts["by_op"].items() if c["ok"]} == {"get", "put", "cas"}
+    assert sum(counts["served_by"].values()) == counts["ok"]  # every answer names its member
+    assert final["unread"] == [] and final["keys"] == 4
+    assert readback["lost"] == [] and readback["unverified"] == []
+    assert readback["verified"] == readback["acknowledged"] > 50
+    verdict = check(path, timeout_s=120)
+    assert verdict["result"] == "linearizable", verdict
+    assert verdict["checked"] + verdict["ignored"] == counts["total"]
+
+
+def test_tampered_history_is_not_linearizable(recorded, tmp_path):
+    *_, path = recorded
+    document = json.loads(path.read_text())
+    # One read now returns a value that was never written to its key.
+    read = next(
+        r
+        for r in document["operations"]
+        if r["op"] == "get" and r["outcome"] == "ok" and r["result"]["found"]
+    )
+    read["result"]["value"] = "never-written"
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(document))
+    verdict = check(tampered, html=tmp_path / "tampered.html", timeout_s=120)
+    assert verdict["result"] == "not-linearizable"
+    assert [k["key"] for k in verdict["illegal_keys"]] == [read["key"]]
+    assert (tmp_path / "tampered.html").stat().st_size > 1000
+
+
+def test_a_lost_write_is_found(etcd, recorded):
+    write = recorded[0].acknowledged_writes()[0]
+    # A real acknowledged write, and one claimed at the same revision that etcd never made:
+    # the read-back must find the first and miss the second.
+    history = History()
+    for value in (write["value"], "forged"):
+        record = history.begin(0, "put", write["key"], value=value)
+        history.finish(record, "ok", revision=write["revision"])
+    readback = Workload(etcd.nodes["n0"].client_url, history).read_back(timeout=30)
+    assert readback["acknowledged"] == 2 and readback["verified"] == 1
+    assert [w["value"] for w in readback["lost"]] == ["forged"]
+    assert readback["lost"][0]["found_at_revision"]["value"] == write["value"]

@@ -1,0 +1,80 @@
+"""Every molecule scenario (molecule/*/molecule.yml), as `make molecule` runs them, on the local
+cluster: each prepares (operator from this checkout), converges, checks idempotence, verifies
+and cleans up its own namespace. A scenario that fails fails its test with molecule's output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubehelpers import ROOT
+
+pytestmark = pytest.mark.cluster
+
+SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
+
+
+def scenario_namespace(name: str) -> str:
+    config = yaml.safe_load((ROOT / "molecule" / name / "molecule.yml").read_text())
+    return config["provisioner"]["inventory"]["host_vars"]["localhost"]["molecule_namespace"]
+
+
+def leftover(kube, namespace: str) -> str | None:
+    """What a scenario left behind: None when its namespace is gone, or terminating with no pod
+    and no PVC left (molecule's cleanup waits for those, the namespace goes in the background)."""
+    found = kube.run("get", "namespace", namespace, "-o", "json", check=False)
+    if found.returncode != 0:
+        return None
+    terminating = "deletionTimestamp" in json.loads(found.stdout)["metadata"]
+    remaining = [
+        f"{item['kind']}/{item['metadata']['name']}"
+        for item in kube.get("pods,pvc", namespace=namespace)["items"]
+    ]
+    if terminating and not remaining:
+        return None
+    return f"namespace {namespace} ({'terminating' if terminating else 'active'}): {remaining}"
+
+
+def test_every_scenario_is_found():
+    # The backup scenario needs the object stores; default is the Operator SDK's own.
+    assert {"default", "backup_restore"} <= set(SCENARIOS)
+    namespaces = [scenario_namespace(s) for s in SCENARIOS]
+    assert len(set(namespaces)) == len(namespaces), "scenarios must not share a namespace"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_scenario(local_cluster, scenario):
+    namespace = scenario_namespace(scenario)
+    # molecule runs ansible-playbook and ansible-config by name: the venv's.
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    env["ANSIBLE_NOCOLOR"] = env["NO_COLOR"] = "1"
+    start = time.monotonic()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "molecule", "test", "-s", scenario],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=840,
+        )
+    finally:
+        # molecule's cleanup runs after a failure too; this only catches a killed run.
+        left = leftover(local_cluster, namespace)
+        if left:
+            local_cluster.run("delete", "namespace", namespace, "--wait=false", check=False)
+    seconds = time.monotonic() - start
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, (
+        f"molecule test -s {scenario} failed (rc {result.returncode}, {seconds:.0f}s):\n"
+        f"{output[-12000:]}"
+    )
+    assert not left, f"molecule's cleanup left {left}"
+    print(f"molecule scenario {scenario}: {seconds:.1f}s")
