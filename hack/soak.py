@@ -43,11 +43,13 @@ def span(text: str) -> tuple[float, float]:
 
 def deploy_operator(kube: Kube) -> None:
     """The operator from this working tree, leading (a new pod waits out the old one's lease)."""
-    subprocess.run(
+    result = subprocess.run(
         [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py"), "deploy-operator"],
-        check=True,
         capture_output=True,
+        text=True,
     )
+    if result.returncode != 0:
+        raise SystemExit(f"[soak] operator deployment failed:\n{result.stdout}{result.stderr}")
 
     def leading():
         pods = kube.get(

@@ -322,14 +322,17 @@ class Soak:
         return problems
 
     def etcd_problems(self, replicas: int) -> list[str]:
-        """What etcd itself says, member by member through the pods' IPs (the members advertise
-        cluster DNS names, which this host does not resolve)."""
+        """What etcd itself says, through the members' pod IPs (the members advertise cluster DNS
+        names, which this host does not resolve; and the client Service may pick a learner,
+        which refuses the member list)."""
         ips = {
             peer: pod.get("status", {}).get("podIP")
             for peer, pod in self.cluster.live_pods().items()
         }
-        endpoint = self.cluster.client_endpoint()
-        with qk_etcd.EtcdClient([endpoint], timeout=2) as etcd:
+        endpoints = [f"http://{ip}:2379" for _, ip in sorted(ips.items()) if ip]
+        if not endpoints:
+            return ["no member pod has an IP"]
+        with qk_etcd.EtcdClient(endpoints, timeout=2) as etcd:
             try:
                 members, _, _ = etcd.member_list()
             except qk_etcd.EtcdUnreachable as error:
@@ -368,21 +371,31 @@ class Soak:
         timeout: float | None = None,
     ) -> float:
         """Seconds from ``started`` until everything agrees the cluster is whole; RoundFailed
-        naming what was still wrong at the deadline. ``waits`` gets what was waited for, each
-        time it changes (the first problem found, with the time it was first seen)."""
+        naming what was still wrong at the deadline. ``waits`` gets what was waited for each time
+        that changes, with the seconds since ``started``: the first problem of each view (the
+        fault's evidence, the status, the pods, etcd), so that one can tell e.g. a status that
+        lags from a member that is not back."""
         timeout = timeout or self.config.recovery_timeout
         deadline = time.monotonic() + timeout
-        problems: list[str] = []
+        views = (
+            evidence,
+            lambda: self.status_problems(replicas),
+            lambda: self.pod_problems(replicas),
+            lambda: self.etcd_problems(replicas),
+        )
         while True:
-            try:
-                problems = evidence() or []
-                problems = problems or self.status_problems(replicas)
-                problems = problems or self.pod_problems(replicas)
-                problems = problems or self.etcd_problems(replicas)
-            except ApiException as error:
-                problems = [f"Kubernetes API: {error.status} {error.reason}"]
-            if waits is not None and problems and (not waits or waits[-1][1] != problems[0]):
-                waits.append((round(self.now() - started, 1), problems[0]))
+            problems: list[str] = []
+            first: list[str] = []
+            for view in views:
+                try:
+                    found = view() or []
+                except ApiException as error:
+                    found = [f"Kubernetes API: {error.status} {error.reason}"]
+                problems += found
+                first += found[:1]
+            waiting_for = "; ".join(first)
+            if waits is not None and problems and (not waits or waits[-1][1] != waiting_for):
+                waits.append((round(self.now() - started, 1), waiting_for))
             if not problems:
                 return self.now() - started
             if time.monotonic() > deadline:
@@ -400,8 +413,14 @@ class Soak:
 
     # -- the faults -------------------------------------------------------------------------------
     def pick_member(self) -> tuple[str, dict]:
+        """The leader half of the time (its loss is the one that costs an election), else one of
+        the followers."""
         pods = self.cluster.live_pods()
-        peer = self.rng.choice(sorted(pods))
+        leader = self.leader()
+        followers = sorted(p for p in pods if p != leader)
+        if leader in pods and (not followers or self.rng.random() < 0.5):
+            return leader, pods[leader]
+        peer = self.rng.choice(followers)
         return peer, pods[peer]
 
     def leader(self) -> str:
