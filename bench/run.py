@@ -1378,6 +1378,110 @@ def bench_upgrade(kube: Kube, runs: int) -> None:
     )
 
 
+def lose_members_data(kube: Kube, driver, peers: list[str]) -> float:
+    """Cut ``peers`` off, then delete their claims and pods (their data is gone for good); the
+    monotonic time of the deletion."""
+    pods = [driver.pod_of(peer)["metadata"]["name"] for peer in peers]
+    for pod in pods:
+        faults.partition_pod(driver.namespace, pod)
+    deleted = time.monotonic()
+    kube("delete", "pvc", *peers, "-n", driver.namespace, "--wait=false")
+    kube("delete", "pod", *pods, "-n", driver.namespace, "--wait=false")
+    return deleted
+
+
+def recovered_from(driver, source: str, started: float, timeout: float) -> float:
+    """Seconds from ``started`` until status.recovery.last names ``source`` with a time after
+    the loss (so a status from before the loss never counts) and the cluster is Available."""
+    loss = datetime.datetime.now(datetime.UTC) - datetime.timedelta(
+        seconds=time.monotonic() - started
+    )
+
+    def recovered():
+        last = driver.get().get("status", {}).get("recovery", {}).get("last") or {}
+        when = last.get("time")
+        return (
+            last.get("source") == source
+            and when
+            and datetime.datetime.fromisoformat(when.replace("Z", "+00:00"))
+            >= loss.replace(microsecond=0)
+        )
+
+    wait_until(f"{driver.name} recovered from the {source.lower()}", recovered, timeout, 0.2)
+    driver.wait_available(3, timeout=timeout)
+    return round(time.monotonic() - started, 2)
+
+
+def bench_disaster_recovery(kube: Kube, runs: int) -> None:
+    """spec.disasterRecovery with delaySeconds 0: 2 of 3 members lose their data -> Available
+    with 3 members again (from the survivor); then all 3 lose it -> Available again, restored
+    in place from a verified EtcdBackup in MinIO. Seconds from the deletion of the claims."""
+    import base64
+
+    deploy_operator(kube)
+    store, client, bucket = minio_store()
+    survivor, backup = [], []
+    for i in range(runs):
+        driver = new_driver(kube, name=f"dr{i}")
+        CLEANUPS.append(functools.partial(drop_namespace, kube, driver.namespace))
+        manifest = driver.manifest(3)
+        manifest["spec"]["disasterRecovery"] = {"enabled": True, "delaySeconds": 0}
+        kube.apply(manifest)
+        driver.wait_available(3, timeout=300)
+        for n in range(100):
+            driver.put(f"/dr/{n}", f"v{n}")
+        started = lose_members_data(kube, driver, [f"{driver.name}-1", f"{driver.name}-2"])
+        survivor.append(recovered_from(driver, "Survivor", started, 600))
+        assert driver.value("/dr/99") == "v99", "the survivor's writes"
+        print(f"from the survivor: {survivor[-1]} s", flush=True)
+
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "minio"},
+            "data": {
+                k: base64.b64encode(v.encode()).decode() for k, v in store.credentials.items()
+            },
+        }
+        kube.apply(secret, namespace=driver.namespace)
+        key = f"bench/{driver.namespace}/before-disaster.db"
+        kube.apply(
+            backup_manifest(
+                "before-disaster", {"clusterName": driver.name}, store.object_url(key), "minio"
+            ),
+            namespace=driver.namespace,
+        )
+        wait_until(
+            "backup before-disaster Verified",
+            lambda driver=driver: any(
+                c["type"] == "Verified" and c["status"] == "True"
+                for c in status_of(kube, BACKUPS, "before-disaster", driver.namespace).get(
+                    "conditions", []
+                )
+            ),
+            600,
+            interval=0.5,
+        )
+        started = lose_members_data(kube, driver, [f"{driver.name}-{n}" for n in range(3)])
+        backup.append(recovered_from(driver, "Backup", started, 900))
+        assert driver.value("/dr/99") == "v99", "the backup's writes"
+        print(f"from the backup: {backup[-1]} s", flush=True)
+        with contextlib.suppress(Exception):
+            client.delete_object(Bucket=bucket, Key=key)
+        drop_namespace(kube, driver.namespace)
+    record(
+        "operator_disaster_recovery_survivor",
+        survivor,
+        "2 of 3 members' claims deleted -> Available with 3 again (delaySeconds 0)",
+    )
+    record(
+        "operator_disaster_recovery_backup",
+        backup,
+        "3 of 3 members' claims deleted -> Available, restored in place from a verified backup "
+        "in MinIO (delaySeconds 0)",
+    )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -1393,6 +1497,7 @@ BENCHMARKS = {
     "backup_1gib": bench_backup_1gib,
     "restore": bench_restore,
     "upgrade": bench_upgrade,
+    "disaster_recovery": bench_disaster_recovery,
 }
 
 
