@@ -42,7 +42,9 @@ DEBIAN_PACKAGES = {
     "/usr/bin/nsenter": "util-linux",
     "/usr/bin/openssl": "openssl",
 }
-MINIMUM_GO = (1, 25, 7)  # ansible-operator-plugins v1.42.2 needs it
+# The highest `go` line of the wrapper modules: OLM v0.46.0 and opm v1.73.0 need 1.26.3 (etcd
+# 1.26.0, ansible-operator-plugins 1.25.7).
+MINIMUM_GO = (1, 26, 3)
 
 KUBERNETES_COMMANDS = [
     "kube-apiserver",
@@ -75,7 +77,9 @@ def module_version(wrapper: Path, module: str) -> str:
     raise SystemExit(f"[install] {wrapper}/go.mod does not require {module}")
 
 
-def go_build(wrapper: Path, out_dir: Path, targets: dict[str, str], ldflags: str = "") -> None:
+def go_build(
+    wrapper: Path, out_dir: Path, targets: dict[str, str], ldflags: str = "", tags: str = ""
+) -> None:
     """Build each `name -> package` of a wrapper module into out_dir; mark the dir complete."""
     if (out_dir / COMPLETE).exists():
         return
@@ -86,17 +90,19 @@ def go_build(wrapper: Path, out_dir: Path, targets: dict[str, str], ldflags: str
         cmd = ["go", "build", "-trimpath", "-o", str(out_dir / name)]
         if ldflags:
             cmd += ["-ldflags", ldflags]
+        if tags:
+            cmd += ["-tags", tags]
         run(cmd + [package], cwd=wrapper, env={"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
     (out_dir / COMPLETE).write_text(f"built in {time.monotonic() - started:.0f}s\n")
 
 
 def check_go() -> None:
     if not shutil.which("go"):
-        raise SystemExit("[install] Go is required (>= 1.25.7); install it from your distribution")
+        raise SystemExit("[install] Go is required (>= 1.26.3); install it from go.dev/dl")
     version = run(["go", "env", "GOVERSION"]).strip().removeprefix("go")
     parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
     if parts < MINIMUM_GO:
-        raise SystemExit(f"[install] Go {version} is too old; ansible-operator needs >= 1.25.7")
+        raise SystemExit(f"[install] Go {version} is too old: the wrapper modules need >= 1.26.3")
 
 
 def install_debian_packages() -> None:
@@ -229,6 +235,82 @@ def install_minio() -> Path:
     return out
 
 
+def module_dir(wrapper: Path, module: str) -> Path:
+    """Where the Go module cache holds `module` at the version the wrapper resolves."""
+    out = run(
+        ["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=wrapper, env={"GOFLAGS": "-mod=mod"}
+    )
+    return Path(out.strip())
+
+
+def install_olm() -> dict[str, str]:
+    """OLM v0's olm and catalog operators, with the CRDs and quickstart manifests they go with.
+
+    v0.46.0 is the pin: it resolves completely from the proxy with no replace lines and builds
+    as is; its client-go v0.36 is within the supported skew of the local v1.35 control plane.
+    The CRDs and the quickstart olm.yaml are copied out of the module cache so that they stay
+    with the binaries (the module cache may be cleaned) and match them exactly."""
+    wrapper = TOOLCHAIN / "olm"
+    module = "github.com/operator-framework/operator-lifecycle-manager"
+    version = module_version(wrapper, module)
+    out = BIN / f"olm-{version}"
+    if not (out / COMPLETE).exists():
+        api = module_dir(wrapper, "github.com/operator-framework/api")
+        crds = out / "crds"
+        crds.mkdir(parents=True, exist_ok=True)
+        for crd in sorted((api / "crds").glob("operators.coreos.com_*.yaml")):
+            shutil.copyfile(crd, crds / crd.name)
+        quickstart = module_dir(wrapper, module) / "deploy" / "upstream" / "quickstart"
+        shutil.copyfile(quickstart / "olm.yaml", out / "olm.yaml")
+    targets = {name: f"{module}/cmd/{name}" for name in ("olm", "catalog")}
+    stamp = f"-s -w -X {module}/pkg/version.OLMVersion={version}"
+    go_build(wrapper, out, targets, stamp, tags="json1")
+    return {
+        "olm": str(out / "olm"),
+        "catalog": str(out / "catalog"),
+        "crds": str(out / "crds"),
+        "quickstart": str(out / "olm.yaml"),
+        "version": version,
+    }
+
+
+def install_opm() -> dict[str, str]:
+    """opm, at the operator-registry version OLM's catalog operator itself is built with."""
+    wrapper = TOOLCHAIN / "opm"
+    module = "github.com/operator-framework/operator-registry"
+    version = module_version(wrapper, module)
+    out = BIN / f"opm-{version}"
+    stamp = f"-s -w -X {module}/cmd/opm/version.opmVersion={version}"
+    go_build(
+        wrapper, out, {"opm": f"{module}/cmd/opm"}, stamp, tags="json1,containers_image_openpgp"
+    )
+    return {"opm": str(out / "opm"), "version": version}
+
+
+def install_operator_sdk() -> dict[str, str]:
+    """operator-sdk, for `generate bundle` and `bundle validate` (v1.42.3 does not build from
+    the proxy). The version stamps are what its release Makefile sets: the bundle records
+    `operator-sdk-<Version>` as its builder."""
+    wrapper = TOOLCHAIN / "operator-sdk"
+    module = "github.com/operator-framework/operator-sdk"
+    version = module_version(wrapper, module)
+    kube = "v1." + module_version(wrapper, "k8s.io/client-go").split(".", 1)[1]
+    pkg = f"{module}/internal/version"
+    stamp = " ".join(
+        [
+            "-s -w",
+            f"-X {pkg}.Version={version}",
+            f"-X {pkg}.GitVersion={version}",
+            f"-X {pkg}.ImageVersion={version}",
+            f"-X {pkg}.KubernetesVersion={kube}",
+        ]
+    )
+    out = BIN / f"operator-sdk-{version}"
+    target = {"operator-sdk": f"{module}/cmd/operator-sdk"}
+    go_build(wrapper, out, target, stamp, tags="containers_image_openpgp")
+    return {"operator_sdk": str(out / "operator-sdk"), "version": version}
+
+
 def source_digest(directory: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted(directory.rglob("*")):
@@ -263,6 +345,9 @@ STEPS = [
     "minio",
     "nodeagent",
     "soak-checker",
+    "olm",
+    "opm",
+    "operator-sdk",
 ]
 GO_STEPS = set(STEPS) - {"debian", "venv"}
 
@@ -296,6 +381,12 @@ def main() -> int:
         manifest["nodeagent"] = str(install_nodeagent())
     if "soak-checker" in wanted:
         manifest["soak_checker"] = str(install_soak_checker())
+    if "olm" in wanted:
+        manifest["olm"] = install_olm()
+    if "opm" in wanted:
+        manifest["opm"] = install_opm()
+    if "operator-sdk" in wanted:
+        manifest["operator_sdk"] = install_operator_sdk()
     CACHE.mkdir(parents=True, exist_ok=True)
     MANIFEST.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     log(f"toolchain ready in {time.monotonic() - started:.1f}s: {MANIFEST}")
