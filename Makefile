@@ -35,7 +35,7 @@ test: toolchain ## Lint, then every test suite (starts and stops the servers it 
 ##@ Local cluster
 
 .PHONY: toolchain
-toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, node agent, soak checker, venv
+toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, OLM, opm, operator-sdk, node agent, soak checker, venv
 	python3 hack/toolchain/install.py
 
 .PHONY: cluster-up
@@ -82,9 +82,22 @@ deploy: toolchain ## Deploy the operator (config/default); on the local cluster 
 undeploy: ## Remove the operator (CRDs and etcd data stay)
 	$(KUBECTL) delete -k config/manager --ignore-not-found
 
+# operator-sdk from the toolchain (hack/toolchain/operator-sdk); kubectl's built-in kustomize.
+OPERATOR_SDK = $(shell python3 -c 'import json;print(json.load(open("$(QK_CACHE)/toolchain.json"))["operator_sdk"]["operator_sdk"])' 2>/dev/null)
+BUNDLE_METADATA_OPTS ?= --channels=alpha --default-channel=alpha
+BUNDLE_GEN_FLAGS ?= -q --overwrite --version $(VERSION) $(BUNDLE_METADATA_OPTS)
+
 .PHONY: bundle
-bundle: toolchain ## Regenerate the OLM bundle from config/
-	$(PYTHON) bundle/generate.py
+bundle: toolchain ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from config/ with operator-sdk
+	$(OPERATOR_SDK) generate kustomize manifests -q
+	@# Start from nothing so that a manifest config/ no longer has cannot linger in bundle/.
+	rm -rf bundle/manifests
+	$(KUBECTL) kustomize config/manifests | $(OPERATOR_SDK) generate bundle $(BUNDLE_GEN_FLAGS)
+	$(OPERATOR_SDK) bundle validate ./bundle
+
+.PHONY: bundle-validate
+bundle-validate: toolchain ## Validate bundle/ as OperatorHub does (operator-sdk's operatorframework suite)
+	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
 
 ##@ Development
 

@@ -466,34 +466,8 @@ def test_dockerfile():
 # -- bundle ------------------------------------------------------------------------------------
 
 
-def load_generator():
-    spec = importlib.util.spec_from_file_location("bundle_generate", ROOT / "bundle/generate.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_bundle_in_sync_with_config():
-    gen = load_generator()
-    want = gen.expected_files()
-    have = {p.name: p.read_text() for p in (ROOT / "bundle/manifests").glob("*")}
-    stale = sorted(n for n in set(want) | set(have) if want.get(n) != have.get(n))
-    assert not stale, f"bundle/manifests is stale ({stale}): run python bundle/generate.py"
-    assert gen.main(["--check"]) == 0
-
-
-def test_bundle_check_detects_drift(tmp_path, monkeypatch):
-    gen = load_generator()
-    for path in (ROOT / "bundle/manifests").glob("*"):
-        (tmp_path / path.name).write_text(path.read_text())
-    monkeypatch.setattr(gen, "MANIFESTS", tmp_path)
-    assert gen.main(["--check"]) == 0
-    csv = tmp_path / "quorumkeeper.clusterserviceversion.yaml"
-    csv.write_text(csv.read_text().replace("minKubeVersion: 1.30.0", "minKubeVersion: 1.29.0"))
-    (tmp_path / "extra.yaml").write_text("{}\n")
-    assert gen.main(["--check"]) == 1
-    assert gen.main([]) == 0 and gen.main(["--check"]) == 0
-    assert not (tmp_path / "extra.yaml").exists()
+# `make bundle` writes bundle/ and tests/bundle checks that it is up to date and valid; these
+# check what it holds.
 
 
 def test_bundle_csv():
@@ -540,13 +514,15 @@ def test_bundle_csv():
 
 def test_bundle_crds_are_the_config_crds():
     for path in (ROOT / "config/crd/bases").glob("*.yaml"):
-        assert (ROOT / "bundle/manifests" / path.name).read_text() == path.read_text()
+        # operator-sdk adds the kustomize labels and an empty status; the schema is the same.
+        bundled = yaml.safe_load((ROOT / "bundle/manifests" / path.name).read_text())
+        assert bundled["spec"] == yaml.safe_load(path.read_text())["spec"], path.name
 
 
 def test_bundle_annotations_match_dockerfile_labels():
     ann = yaml.safe_load((ROOT / "bundle/metadata/annotations.yaml").read_text())["annotations"]
     labels = dict(
-        re.findall(r"^LABEL (\S+)=(\S+)$", (ROOT / "bundle/bundle.Dockerfile").read_text(), re.M)
+        re.findall(r"^LABEL (\S+)=(\S+)$", (ROOT / "bundle.Dockerfile").read_text(), re.M)
     )
     assert labels == ann
     assert ann["operators.operatorframework.io.bundle.package.v1"] == "quorumkeeper"

@@ -1,6 +1,3 @@
-# The OLM bundle image. Build from the repository root:
-#   docker build -f bundle/bundle.Dockerfile -t quay.io/quorumkeeper/etcd-operator-bundle:v0.1.0 .
-# Keep the labels in step with bundle/metadata/annotations.yaml (tests/crd checks this).
 FROM scratch
 
 # Core bundle labels.
@@ -10,6 +7,7 @@ LABEL operators.operatorframework.io.bundle.metadata.v1=metadata/
 LABEL operators.operatorframework.io.bundle.package.v1=quorumkeeper
 LABEL operators.operatorframework.io.bundle.channels.v1=alpha
 LABEL operators.operatorframework.io.bundle.channel.default.v1=alpha
+LABEL operators.operatorframework.io.metrics.builder=operator-sdk-v1.42.2
 LABEL operators.operatorframework.io.metrics.mediatype.v1=metrics+v1
 LABEL operators.operatorframework.io.metrics.project_layout=ansible.sdk.operatorframework.io/v1
 
