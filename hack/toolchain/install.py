@@ -236,11 +236,11 @@ def install_minio() -> Path:
 
 
 def module_dir(wrapper: Path, module: str) -> Path:
-    """Where the Go module cache holds `module` at the version the wrapper resolves."""
-    out = run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", module], cwd=wrapper, env={"GOFLAGS": "-mod=mod"}
-    )
-    return Path(out.strip())
+    """Where the Go module cache holds `module` at the version the wrapper resolves; `go mod
+    download` fetches it first if needed (`go list -m` gives no directory for a module that is
+    not in the cache yet, as on a fresh machine)."""
+    out = run(["go", "mod", "download", "-json", module], cwd=wrapper, env={"GOFLAGS": "-mod=mod"})
+    return Path(json.loads(out)["Dir"])
 
 
 def install_olm() -> dict[str, str]:
