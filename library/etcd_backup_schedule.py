@@ -17,7 +17,8 @@ description:
     name derives from the scheduled time, so a run repeated after an interruption finds the
     backup it made instead of making a second one.
   - Prunes what retention gives up, each object in the store first (with the credentials of
-    the backup's own Secret, read by the module), then its EtcdBackup. When the store refuses,
+    the backup's own Secret, read by the module; a C(pvc://) file through a pod that mounts its
+    claim, see qk_pvcstore), then its EtcdBackup. When the store refuses,
     the EtcdBackup is kept and the result says why.
   - The role cannot read the object passed by ansible-operator for this, because Ansible would
     evaluate the C({{ .UID }}) placeholders of spec.backupTemplate as Jinja; module results are
@@ -97,6 +98,7 @@ requeue:
 """
 
 import datetime
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.qk_duration import parse_duration
@@ -108,6 +110,9 @@ from ansible.module_utils.qk_schedule import (
     plan,
     template_error,
 )
+
+# Seconds a pod that deletes a pvc:// file may take (start, mount the claim, delete).
+PRUNE_POD_TIMEOUT = 120
 
 
 def create_backup(client, manifest):
@@ -132,9 +137,31 @@ def create_backup(client, manifest):
     return None
 
 
+def prune_claim_file(client, object_url, namespace):
+    """Delete a pvc:// file (and its SHA-256) through a pod that mounts its claim; the error
+    message, or None. A claim that is gone holds no file any more."""
+    from ansible.module_utils.qk_objectstore import ObjectStoreError, parse_object_url
+    from ansible.module_utils.qk_pvcstore import ClaimError, deleter_pod, run_helper
+
+    try:
+        location = parse_object_url(object_url)
+        claim = client.get("v1", "PersistentVolumeClaim", location.bucket, namespace)
+        if claim is None:
+            return None
+        image = os.environ.get("OPERATOR_IMAGE") or "quay.io/quorumkeeper/etcd-operator:0.1.0"
+        run_helper(client, deleter_pod(object_url, namespace, image), PRUNE_POD_TIMEOUT, claim)
+    except (ObjectStoreError, ClaimError, KubeError) as exc:
+        return f"cannot delete {object_url}: {exc}"
+    return None
+
+
 def prune_backup(client, entry, namespace):
     """Delete the stored object, then the EtcdBackup; the error message, or None."""
-    if entry["object_url"]:
+    if entry["object_url"] and entry["object_url"].startswith("pvc://"):
+        error = prune_claim_file(client, entry["object_url"], namespace)
+        if error:
+            return error
+    elif entry["object_url"]:
         # Only when there is something to delete: boto3 and google-cloud-storage cost a quarter
         # of a CPU-second to import.
         from ansible.module_utils.qk_objectstore import ObjectStoreError, delete, parse_object_url

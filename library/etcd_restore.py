@@ -10,7 +10,7 @@ module: etcd_restore
 short_description: Take one step of an EtcdRestore
 description:
   - C(restore_volumes) - with I(verify), first streams the snapshot through SHA-256 (nothing is
-    stored: memory stays bounded) and compares it with I(sha256), else with the object's
+    stored, so memory stays bounded) and compares it with I(sha256), else with the object's
     C(sha256) metadata; then creates, for each of I(members) that lacks them, the member's PVC
     (exactly as the etcdcluster role renders it, plus the restore's annotation) and a restore
     pod (init container C(fetch) downloads and checks the snapshot, container C(restore) runs
@@ -18,13 +18,13 @@ description:
   - C(create_cluster) - creates the EtcdCluster (spec = the restore's clusterTemplate, the
     restore's annotation, no owner) and deletes the restore pods. An in-place restore
     (C(spec.inPlace), a disaster recovery) instead sets the restore's annotation on the existing
-    EtcdCluster that names it in its recovery annotation: the cluster then starts its members
+    EtcdCluster that names it in its recovery annotation, and the cluster then starts its members
     on the restored volumes.
   - C(fail) - deletes the PVCs this restore created and its pods except I(keep_pods) (failed
     ones, kept for their logs). Never touches a PVC that does not carry this restore's UID.
   - C(complete) - reads the restored cluster's store revision through its client Service.
-  - Reads the EtcdRestore and the credentials Secret itself: credentials never pass through
-    Ansible variables, and the fetch containers mount the Secret.
+  - Reads the EtcdRestore and the credentials Secret itself (credentials never pass through
+    Ansible variables; the fetch containers mount the Secret).
   - On failure returns C(reason), the restore's Failed reason (C(InvalidSource),
     C(CredentialsUnavailable), C(ObjectUnreadable), C(SnapshotHashMismatch), C(ClusterExists),
     C(VolumesExist), C(StepFailed), C(ClusterUnreachable)).
@@ -63,7 +63,10 @@ options:
     description: Secret with the store's credentials, in I(namespace).
     type: str
   verify:
-    description: With C(restore_volumes), check the snapshot's bytes before creating anything.
+    description:
+      - With C(restore_volumes), check the snapshot's bytes before creating anything.
+      - A C(pvc://) snapshot is checked by the restore pods' C(fetch) only (the operator cannot
+        mount its claim); here only the claim's existence is.
     type: bool
     default: true
   operator_image:
@@ -217,6 +220,15 @@ class Restore:
             )
         return read["sha256"]
 
+    def check_claim(self, location):
+        claim = self.client.get("v1", "PersistentVolumeClaim", location.bucket, self.p["namespace"])
+        if claim is None or claim["metadata"].get("deletionTimestamp"):
+            raise StepError(
+                "ObjectUnreadable",
+                f"cannot read the snapshot: PersistentVolumeClaim {self._where(location.bucket)} "
+                f"of {location.url} does not exist; nothing was restored",
+            )
+
     def restore_volumes(self):
         p = self.p
         try:
@@ -229,7 +241,11 @@ class Restore:
         except SnapshotSourceError as exc:
             raise StepError("CredentialsUnavailable", str(exc)) from exc
         sha256 = p["sha256"]
-        if p["verify"]:
+        if location.scheme == "pvc":
+            # The operator cannot mount the claim: the restore pods' fetch checks the file (the
+            # SHA-256 given, else the one recorded next to it). Refuse a claim that is not there.
+            self.check_claim(location)
+        elif p["verify"]:
             sha256 = self.check_snapshot(location, credentials)
         self.result["sha256"] = sha256
         for member in p["members"]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: etcd_snapshot
-short_description: Stream a snapshot of an etcd member to S3, an S3-compatible store or GCS
+short_description: Stream a snapshot of an etcd member to S3, an S3-compatible store, GCS or a PVC
 description:
   - Takes a snapshot of one member's backend and uploads it while it streams; the snapshot is
     never held whole in memory or written to disk. S3 parts (6 MiB) are sent three at a time
@@ -20,6 +20,12 @@ description:
     complete, without copying it - on S3 as the object's C(sha256) tag (a C(<key>.sha256) object
     where the store has no tagging or the credentials may not tag), on GCS as its C(sha256)
     metadata. A failed upload leaves no object (see qk_objectstore).
+  - A C(pvc://claim/path) destination is a file in PersistentVolumeClaim C(claim) of
+    I(namespace). The operator does not mount it; a helper pod running the operator image
+    (I(operator_image)) mounts the claim, streams the snapshot from the chosen member to
+    C(<path>.part), writes its SHA-256 to C(<path>.sha256) and renames it to C(<path>) (see
+    qk_pvcstore); the module reads its result from the pod's log and deletes the pod. A claim
+    that does not exist is an error. Credentials are not used.
   - Credentials come from a Secret (I(credentials_secret)), read by the module itself so that
     they never pass through Ansible variables, or from I(credentials) (no_log).
   - Always uploads (C(changed=true)); in check mode only chooses the member.
@@ -31,10 +37,15 @@ options:
     required: true
   object_url:
     description:
-      - Destination, C(s3://bucket/key), C(s3://bucket/key?endpoint=http://host:port&region=r)
-        or C(gs://bucket/key[?endpoint=http://host:port]).
+      - Destination, C(s3://bucket/key), C(s3://bucket/key?endpoint=http://host:port&region=r),
+        C(gs://bucket/key[?endpoint=http://host:port]) or C(pvc://claim/path).
     type: str
     required: true
+  operator_image:
+    description:
+      - Image of the helper pod that writes a C(pvc://) destination; default the
+        C(OPERATOR_IMAGE) environment variable, else quay.io/quorumkeeper/etcd-operator:0.1.0.
+    type: str
   cluster_name:
     description:
       - Name of the EtcdCluster in I(namespace) that I(endpoints) belong to; checked to exist
@@ -53,7 +64,7 @@ options:
       - Read straight from the API server with the operator's service account.
     type: str
   namespace:
-    description: Namespace of I(cluster_name) and I(credentials_secret).
+    description: Namespace of I(cluster_name), I(credentials_secret) and a C(pvc://) claim.
     type: str
   credentials:
     description:
@@ -137,6 +148,7 @@ sha256:
   returned: unless check mode
 """
 
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -148,13 +160,31 @@ from ansible.module_utils.qk_etcd import (
     describe_error,
     etcd_argument_spec,
 )
+from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
 from ansible.module_utils.qk_objectstore import ObjectStoreError, parse_object_url, upload
+from ansible.module_utils.qk_pvcstore import ClaimError, read_claim, run_helper, writer_pod
 from ansible.module_utils.qk_snapshot import (
     SnapshotSourceError,
     check_cluster,
     choose_source,
     read_credentials,
 )
+
+
+def write_to_claim(p, kube, claim, location, endpoint):
+    """The snapshot streamed to a pvc:// file by a helper pod that mounts the claim:
+    ``{"size", "sha256"}``."""
+    image = (
+        p["operator_image"]
+        or os.environ.get("OPERATOR_IMAGE")
+        or "quay.io/quorumkeeper/etcd-operator:0.1.0"
+    )
+    pod = writer_pod(location.url, p["namespace"], image, endpoint, p["snapshot_timeout"])
+    # The pod's own start (scheduling, mounting the claim) on top of the snapshot's time.
+    written = run_helper(kube, pod, p["snapshot_timeout"] + 120, claim)
+    if not written.get("sha256") or not written.get("size"):
+        raise ClaimError(f"the pod that wrote {location.url} reported no size and SHA-256")
+    return {"size": int(written["size"]), "sha256": written["sha256"]}
 
 
 def main():
@@ -172,6 +202,7 @@ def main():
         credentials={"type": "dict", "no_log": True},
         metadata={"type": "dict", "default": {}},
         snapshot_timeout={"type": "float", "default": 600.0},
+        operator_image={"type": "str"},
     )
     module = AnsibleModule(
         argument_spec=spec,
@@ -182,13 +213,23 @@ def main():
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
     p = module.params
+    kube = claim = None
     try:
         location = parse_object_url(p["object_url"])
+        if location.scheme == "pvc":
+            if not p["namespace"]:
+                module.fail_json(msg="a pvc:// destination needs namespace (the claim's)")
+            if p["ca_cert"] or p["client_cert"]:
+                module.fail_json(msg="pvc:// destinations do not support etcd TLS options yet")
+            kube = direct_client()
+            claim = read_claim(kube, location.bucket, p["namespace"])
         if p["cluster_name"]:
             check_cluster(p["cluster_name"], p["namespace"])
         credentials = read_credentials(p["credentials"], p["credentials_secret"], p["namespace"])
-    except (ObjectStoreError, SnapshotSourceError) as exc:
+    except (ObjectStoreError, SnapshotSourceError, ClaimError) as exc:
         module.fail_json(msg=str(exc))
+    except (KubeError, KubeConfigError) as exc:
+        module.fail_json(msg=f"cannot read the pvc:// destination's claim: {exc}")
 
     result = {"changed": True, "object_url": location.url}
     try:
@@ -200,15 +241,20 @@ def main():
             # One read gives both, so that they describe the same point of the store.
             result["keys"], result["revision"] = client.key_count(source["endpoint"])
             started = time.monotonic()
-            chunks = client.snapshot(source["endpoint"], timeout=p["snapshot_timeout"])
-            metadata = {str(k): str(v) for k, v in p["metadata"].items()}
-            metadata["revision"] = str(result["revision"])
-            result.update(upload(location, chunks, credentials, metadata))
+            if claim is not None:
+                result.update(write_to_claim(p, kube, claim, location, source["endpoint"]))
+            else:
+                chunks = client.snapshot(source["endpoint"], timeout=p["snapshot_timeout"])
+                metadata = {str(k): str(v) for k, v in p["metadata"].items()}
+                metadata["revision"] = str(result["revision"])
+                result.update(upload(location, chunks, credentials, metadata))
             result["seconds"] = round(time.monotonic() - started, 3)
     except EtcdUnreachable as exc:
         module.fail_json(msg=f"cannot reach etcd to take a snapshot: {exc}", changed=False)
-    except (SnapshotSourceError, ObjectStoreError) as exc:
+    except (SnapshotSourceError, ObjectStoreError, ClaimError) as exc:
         module.fail_json(msg=str(exc), changed=False)
+    except KubeError as exc:
+        module.fail_json(msg=f"cannot run the pod that writes {location.url}: {exc}", changed=False)
     except (ValueError, OSError) as exc:
         module.fail_json(msg=f"invalid etcd connection options: {exc}", changed=False)
     except Exception as exc:  # noqa: BLE001 - etcd's gRPC errors, said in words

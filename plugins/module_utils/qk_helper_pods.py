@@ -7,7 +7,8 @@ Backup verification and restores both start with the same step: an init containe
 SHA-256 (``qk_objectstore.py fetch``, exit 3 on a mismatch, 2 when the object cannot be read).
 Later containers run the etcd image of the snapshot's version and use ``etcd_tool`` for
 ``snapshot status`` / ``snapshot restore``. Memory stays bounded: the snapshot goes through
-files, never through the operator.
+files, never through the operator. A ``pvc://claim/path`` snapshot is copied (and checked) from
+the claim, mounted read-only in ``fetch`` only, instead of downloaded.
 
 Pure functions (no Kubernetes calls), unit tested in tests/unit/test_helper_pods.py.
 """
@@ -21,6 +22,10 @@ SNAPSHOT_FILE = "/snapshot/snapshot.db"
 CREDENTIALS_DIR = "/var/run/secrets/quorumkeeper/store"
 SNAPSHOT_VOLUME = "snapshot"
 CREDENTIALS_VOLUME = "store-credentials"
+CLAIM_VOLUME = "backup-claim"
+# Where pods mount the claim of a pvc:// URL: qk_objectstore.PVC_MOUNT (not imported: that
+# module loads the S3 and GCS clients).
+PVC_MOUNT = "/var/run/quorumkeeper/claim"
 # Where the operator image keeps this project's plugins (the Dockerfile copies plugins/ there).
 OBJECTSTORE_SCRIPT = "/opt/ansible/plugins/module_utils/qk_objectstore.py"
 # Exit codes of ``qk_objectstore.py fetch``.
@@ -30,11 +35,37 @@ FETCH_SHA256_MISMATCH = 3
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-def snapshot_volumes(credentials_secret=None):
-    """The emptyDir ``snapshot`` (the downloaded file) and, when a Secret is named, the secret
-    volume ``store-credentials`` that ``fetch`` reads its credentials from."""
+def backup_claim(object_url):
+    """The PersistentVolumeClaim of a ``pvc://claim/path`` URL, else None."""
+    if not str(object_url or "").startswith("pvc://"):
+        return None
+    return object_url[len("pvc://") :].split("/", 1)[0] or None
+
+
+def claim_volume(claim, read_only=True):
+    """The volume ``backup-claim`` of a pvc:// destination's claim."""
+    source = {"claimName": claim}
+    if read_only:
+        source["readOnly"] = True
+    return {"name": CLAIM_VOLUME, "persistentVolumeClaim": source}
+
+
+def claim_mount(read_only=True):
+    mount = {"name": CLAIM_VOLUME, "mountPath": PVC_MOUNT}
+    if read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def snapshot_volumes(credentials_secret=None, object_url=None):
+    """The emptyDir ``snapshot`` (the downloaded file), when a Secret is named the secret
+    volume ``store-credentials`` that ``fetch`` reads its credentials from, and for a pvc:// URL
+    its claim, read-only (credentials are not used there)."""
     volumes = [{"name": SNAPSHOT_VOLUME, "emptyDir": {}}]
-    if credentials_secret:
+    claim = backup_claim(object_url)
+    if claim:
+        volumes.append(claim_volume(claim))
+    elif credentials_secret:
         volumes.append({"name": CREDENTIALS_VOLUME, "secret": {"secretName": credentials_secret}})
     return volumes
 
@@ -48,8 +79,10 @@ def snapshot_mount(read_only=False):
 
 
 def fetch_container(operator_image, object_url, sha256=None, credentials_secret=None):
-    """The init container ``fetch``: downloads ``object_url`` to SNAPSHOT_FILE and fails (exit
-    3) unless its bytes have ``sha256`` (else the SHA-256 in the object's metadata)."""
+    """The init container ``fetch``: downloads ``object_url`` (copies a pvc:// file from its
+    claim, mounted read-only) to SNAPSHOT_FILE and fails (exit 3) unless its bytes have
+    ``sha256`` (else the SHA-256 recorded with the object). It must be given the volumes of
+    ``snapshot_volumes`` with the same ``credentials_secret`` and ``object_url``."""
     command = [
         "python3",
         OBJECTSTORE_SCRIPT,
@@ -62,7 +95,9 @@ def fetch_container(operator_image, object_url, sha256=None, credentials_secret=
     if sha256:
         command += ["--sha256", sha256]
     mounts = [snapshot_mount()]
-    if credentials_secret:
+    if backup_claim(object_url):
+        mounts.append(claim_mount())
+    elif credentials_secret:
         command += ["--credentials-dir", CREDENTIALS_DIR]
         mounts.append({"name": CREDENTIALS_VOLUME, "mountPath": CREDENTIALS_DIR, "readOnly": True})
     return {

@@ -3,7 +3,11 @@
 """Where snapshots go: object URLs, their templates, and streamed uploads to S3 and GCS.
 
 An object URL is ``s3://bucket/key`` (AWS), ``s3://bucket/key?endpoint=http://host:port&region=r``
-(an S3-compatible store such as MinIO), or ``gs://bucket/key``. Uploads take an iterable of
+(an S3-compatible store such as MinIO), ``gs://bucket/key``, or ``pvc://claim/path``: a file in a
+PersistentVolumeClaim of the backup's namespace, for users without object storage. The operator
+cannot mount arbitrary claims, so pvc:// files are only ever written, read and deleted by helper
+pods that mount the claim at PVC_MOUNT and run this file as a script (``write``, ``fetch``,
+``delete``; qk_pvcstore renders and runs those pods). Uploads take an iterable of
 chunks and never hold the whole object: S3 through a multipart upload (a few parts sent at once
 while the next is received), GCS through a resumable one; memory is a few reused part buffers.
 The SHA-256 of the bytes is computed on the way and recorded with the object once it is
@@ -73,7 +77,12 @@ SHA256_SIDECAR_SUFFIX = ".sha256"
 _NO_TAGGING = {"NotImplemented", "501", "MethodNotAllowed", "405", "AccessDenied", "403"}
 TEMPLATE_FIELDS = ("UID", "Namespace", "ClusterName", "Timestamp", "Name")
 _FIELD = re.compile(r"{{\s*\.([A-Za-z]+)\s*}}")
-_QUERY_KEYS = {"s3": {"endpoint", "region"}, "gs": {"endpoint"}}
+_QUERY_KEYS = {"s3": {"endpoint", "region"}, "gs": {"endpoint"}, "pvc": set()}
+# Where helper pods mount the claim of a pvc:// URL (qk_helper_pods.PVC_MOUNT); its path is
+# relative to it. QK_CLAIM_MOUNT moves it, for the command line's tests outside a pod.
+PVC_MOUNT = os.environ.get("QK_CLAIM_MOUNT") or "/var/run/quorumkeeper/claim"
+# A PersistentVolumeClaim's name (DNS-1123 subdomain).
+_CLAIM_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # Secret keys, as the AWS CLI and Google's tools name them.
 AWS_KEYS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
 GCS_KEY = "service-account.json"
@@ -84,9 +93,9 @@ class ObjectStoreError(Exception):
 
 
 class ObjectLocation(NamedTuple):
-    scheme: str  # "s3" or "gs"
-    bucket: str
-    key: str
+    scheme: str  # "s3", "gs" or "pvc"
+    bucket: str  # pvc://: the claim
+    key: str  # pvc://: the file's path in the claim
     endpoint: str | None
     region: str | None
     url: str
@@ -107,8 +116,10 @@ def parse_object_url(url):
     """An ``ObjectLocation``; raises ``ObjectStoreError`` with what is wrong with the URL."""
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme not in _QUERY_KEYS:
-        raise ObjectStoreError(f"{url!r}: the scheme must be s3:// or gs://")
+        raise ObjectStoreError(f"{url!r}: the scheme must be s3://, gs:// or pvc://")
     bucket, key = parsed.netloc, parsed.path.lstrip("/")
+    if parsed.scheme == "pvc":
+        _check_claim_path(url, bucket, key)
     if not bucket:
         raise ObjectStoreError(f"{url!r}: no bucket (expected {parsed.scheme}://bucket/key)")
     if not key or key.endswith("/"):
@@ -125,6 +136,26 @@ def parse_object_url(url):
         raise ObjectStoreError(f"{url!r}: endpoint must be an http:// or https:// URL")
     region = (query.get("region") or [None])[0] or None
     return ObjectLocation(parsed.scheme, bucket, key, endpoint, region, url)
+
+
+def _check_claim_path(url, claim, path):
+    """A pvc:// URL names a claim and a file inside it, never a way out of it."""
+    if not _CLAIM_NAME.match(claim):
+        raise ObjectStoreError(
+            f"{url!r}: {claim!r} is not a PersistentVolumeClaim name (expected "
+            "pvc://claim/path/file, claim in lower case letters, digits, - and .)"
+        )
+    if not path or path.endswith("/"):
+        raise ObjectStoreError(f"{url!r}: no file path after the claim, or it ends with /")
+    if any(part in ("", ".", "..") for part in path.split("/")):
+        raise ObjectStoreError(f"{url!r}: the path in the claim may not contain //, . or ..")
+    if "?" in url or "#" in url:
+        raise ObjectStoreError(f"{url!r}: pvc:// URLs take no query or fragment")
+
+
+def claim_file(location, root=PVC_MOUNT):
+    """The file of a pvc:// location where a helper pod mounts its claim."""
+    return os.path.join(root, location.key)
 
 
 def send_parts(chunks, send, part_size=PART_SIZE, workers=UPLOAD_WORKERS):
@@ -440,9 +471,107 @@ def upload_gcs(client, location, chunks, metadata=None, part_size=PART_SIZE):
     return {"size": sent["size"], "sha256": sent["sha256"]}
 
 
+# --------------------------------------------------------------------------------------------
+# pvc://: files in a mounted claim (only in the helper pods that mount it at PVC_MOUNT)
+# --------------------------------------------------------------------------------------------
+
+
+def _mounted_file(location, root):
+    if not os.path.isdir(root):
+        raise ObjectStoreError(
+            f"{location.url}: the claim {location.bucket} is not mounted at {root}; pvc:// "
+            "files are only reached through a helper pod that mounts the claim"
+        )
+    return claim_file(location, root)
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_synced(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def upload_file(location, chunks, root=PVC_MOUNT):
+    """Stream ``chunks`` to the file of a pvc:// location; ``{"size", "sha256"}``.
+
+    The bytes go to ``<file>.part`` (flushed to disk), the SHA-256 to ``<file>.sha256``, and only
+    then is ``<file>.part`` renamed to ``<file>``: a write that is interrupted at any point
+    leaves no file under the final name, so nothing looks complete that is not. A failed write
+    removes its ``.part``."""
+    path = _mounted_file(location, root)
+    directory = os.path.dirname(path)
+    partial = f"{path}.part"
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(partial, "wb") as f:
+            writer = DigestingWriter(f)
+            for chunk in chunks:
+                writer.write(chunk)
+            if not writer.size:
+                raise ObjectStoreError("the snapshot stream was empty")
+            f.flush()
+            os.fsync(f.fileno())
+        sidecar = sidecar_key(path)
+        _write_synced(f"{sidecar}.part", f"{writer.sha256}\n".encode())
+        os.replace(f"{sidecar}.part", sidecar)
+        os.replace(partial, path)
+        _fsync_dir(directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    return {"size": writer.size, "sha256": writer.sha256}
+
+
+def _recorded_sha256_file(path):
+    try:
+        with open(sidecar_key(path), "rb") as f:
+            return f.read(256).decode("utf-8", "replace").strip().lower() or None
+    except FileNotFoundError:
+        return None
+
+
+def download_file(location, fileobj, root=PVC_MOUNT):
+    """Copy the file of a pvc:// location into ``fileobj``; see ``download``."""
+    path = _mounted_file(location, root)
+    writer = DigestingWriter(fileobj)
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(DOWNLOAD_CHUNK):
+                writer.write(chunk)
+    except FileNotFoundError as exc:
+        raise ObjectStoreError(
+            f"cannot read {location.url}: no file {location.key} in claim {location.bucket}"
+        ) from exc
+    return {
+        "size": writer.size,
+        "sha256": writer.sha256,
+        "metadata_sha256": _recorded_sha256_file(path),
+    }
+
+
+def delete_file(location, root=PVC_MOUNT):
+    """Remove the file of a pvc:// location and its SHA-256; one already gone is fine."""
+    path = _mounted_file(location, root)
+    for name in (path, sidecar_key(path), f"{path}.part"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
 def upload(location, chunks, credentials=None, metadata=None):
     """Stream ``chunks`` to the store of ``location``; ``credentials`` is the Secret's data."""
     credentials = credentials or {}
+    if location.scheme == "pvc":
+        return upload_file(location, chunks)
     if location.scheme == "s3":
         return upload_s3(s3_client(location, credentials), location, chunks, metadata)
     return upload_gcs(gcs_client(location, credentials.get(GCS_KEY)), location, chunks, metadata)
@@ -454,6 +583,8 @@ def delete(location, credentials=None):
     Raises ``ObjectStoreError`` with the store's words when the store refuses or cannot be
     reached, so that the caller keeps its record of the object."""
     credentials = credentials or {}
+    if location.scheme == "pvc":
+        return delete_file(location)
     if location.scheme == "s3":
         client = s3_client(location, credentials)
         try:
@@ -605,6 +736,8 @@ def download(location, fileobj, credentials=None):
     object's tag, sidecar or, before tags, metadata; a GCS object's metadata; or
     None). Raises ``ObjectStoreError`` with the store's words."""
     credentials = credentials or {}
+    if location.scheme == "pvc":
+        return download_file(location, fileobj)
     if location.scheme == "s3":
         return download_s3(s3_client(location, credentials), location, fileobj)
     return download_gcs(gcs_client(location, credentials.get(GCS_KEY)), location, fileobj)
@@ -614,6 +747,15 @@ def stat(location, credentials=None):
     """``{"exists", "size", "sha256"}`` of the object (sha256: the one recorded at upload, see
     ``download``, or None)."""
     credentials = credentials or {}
+    if location.scheme == "pvc":
+        path = _mounted_file(location, PVC_MOUNT)
+        if not os.path.isfile(path):
+            return {"exists": False, "size": None, "sha256": None}
+        return {
+            "exists": True,
+            "size": os.path.getsize(path),
+            "sha256": _recorded_sha256_file(path),
+        }
     if location.scheme == "s3":
         client = s3_client(location, credentials)
         try:
@@ -691,23 +833,60 @@ def fetch(url, dest, expected_sha256=None, credentials=None):
     return {"size": result["size"], "sha256": result["sha256"]}
 
 
+def write_snapshot(url, endpoint, timeout=None, etcd_timeout=5.0):
+    """Stream a snapshot of the etcd member at ``endpoint`` to the pvc:// ``url`` (what the
+    backup's writer pod runs); ``{"size", "sha256"}``. The etcd client is imported here: the
+    pods that only read or delete do not need it, and Ansible modules never call this."""
+    location = parse_object_url(url)
+    if location.scheme != "pvc":
+        raise ObjectStoreError(f"{url!r}: write serves pvc:// URLs only (the operator uploads)")
+    import qk_etcd  # noqa: PLC0415 - next to this file when run as a script
+
+    with qk_etcd.EtcdClient([endpoint], timeout=etcd_timeout) as client:
+        try:
+            return upload_file(location, client.snapshot(endpoint, timeout=timeout))
+        except (ObjectStoreError, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - etcd's gRPC errors, said in words
+            raise ObjectStoreError(
+                f"snapshot of {endpoint} failed: {qk_etcd.describe_error(exc)}"
+            ) from exc
+
+
 def main(argv=None):
     """``qk_objectstore.py fetch --url URL --dest PATH [--sha256 HEX] [--credentials-dir DIR]``:
     exit 0 with ``{"size", "sha256"}`` on stdout, 3 when the bytes do not match the SHA-256, 2
-    for anything else (missing object, credentials, unreachable store), with why on stderr."""
+    for anything else (missing object, credentials, unreachable store), with why on stderr.
+
+    ``write --url pvc://claim/path --endpoint URL`` streams a snapshot of that etcd member to
+    the file, ``delete --url URL`` deletes an object or pvc:// file; both exit 0 (``write`` with
+    ``{"size", "sha256"}`` on stdout) or 2 with why on stderr."""
     parser = argparse.ArgumentParser(
-        prog="qk_objectstore.py", description="Read snapshots back from S3 or GCS."
+        prog="qk_objectstore.py", description="Read snapshots back from S3, GCS or a claim."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     fetch_cmd = commands.add_parser("fetch", help="download an object and check its SHA-256")
-    fetch_cmd.add_argument("--url", required=True, help="s3:// or gs:// object URL")
+    fetch_cmd.add_argument("--url", required=True, help="s3://, gs:// or pvc:// object URL")
     fetch_cmd.add_argument("--dest", required=True, help="file to write")
     fetch_cmd.add_argument("--sha256", help="expected SHA-256 (default: the one recorded with it)")
     fetch_cmd.add_argument("--credentials-dir", help="a mounted Secret: one file per key")
+    write_cmd = commands.add_parser("write", help="stream an etcd snapshot to a pvc:// file")
+    write_cmd.add_argument("--url", required=True, help="pvc://claim/path")
+    write_cmd.add_argument("--endpoint", required=True, help="client URL of the member")
+    write_cmd.add_argument("--timeout", type=float, help="seconds the snapshot may take")
+    delete_cmd = commands.add_parser("delete", help="delete an object or a pvc:// file")
+    delete_cmd.add_argument("--url", required=True, help="s3://, gs:// or pvc:// object URL")
+    delete_cmd.add_argument("--credentials-dir", help="a mounted Secret: one file per key")
     args = parser.parse_args(argv)
     try:
-        credentials = read_credentials_dir(args.credentials_dir)
-        result = fetch(args.url, args.dest, args.sha256, credentials)
+        if args.command == "write":
+            result = write_snapshot(args.url, args.endpoint, args.timeout)
+        elif args.command == "delete":
+            delete(parse_object_url(args.url), read_credentials_dir(args.credentials_dir))
+            result = {"deleted": args.url}
+        else:
+            credentials = read_credentials_dir(args.credentials_dir)
+            result = fetch(args.url, args.dest, args.sha256, credentials)
     except ChecksumMismatch as exc:
         print(exc, file=sys.stderr)
         return 3
@@ -715,7 +894,7 @@ def main(argv=None):
         print(exc, file=sys.stderr)
         return 2
     except OSError as exc:
-        print(f"cannot fetch {args.url} to {args.dest}: {exc}", file=sys.stderr)
+        print(f"cannot {args.command} {args.url}: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(result), flush=True)
     return 0

@@ -589,7 +589,7 @@ def render_restore_pod(
                 fetch_container(operator_image, object_url, sha256, credentials_secret)
             ],
             "containers": [container],
-            "volumes": [*member["volumes"], *snapshot_volumes(credentials_secret)],
+            "volumes": [*member["volumes"], *snapshot_volumes(credentials_secret, object_url)],
             **member["scheduling"],
         },
     }

@@ -174,7 +174,10 @@ def render_pod(backup, operator_image, etcd_image, client_port=2379, resources=N
             "enableServiceLinks": False,
             "initContainers": [fetch, snapshot_status, restore],
             "containers": [etcd],
-            "volumes": [*snapshot_volumes(secret), {"name": "scratch", "emptyDir": {}}],
+            "volumes": [
+                *snapshot_volumes(secret, status["objectURL"]),
+                {"name": "scratch", "emptyDir": {}},
+            ],
         },
     }
 

@@ -789,6 +789,9 @@ def test_peer_rules(kube_api, namespace):
 # -- backup / schedule / restore ----------------------------------------------------------------
 
 
+URL_MSG = "objectURLTemplate must be s3://bucket/key, gs://bucket/key or pvc://claim/path"
+
+
 def backup(**spec) -> dict:
     base = {"source": {"clusterName": "c"}, "destination": {"objectURLTemplate": "s3://b/k.db"}}
     base.update(spec)
@@ -810,18 +813,34 @@ def test_backup_rules(kube_api, namespace):
         create(kube_api, namespace, backup(source={"clusterURL": "c:2379"})),
         "clusterURL must be an http:// or https:// URL",
     )
-    for url in ("http://minio/b/k", "file:///tmp/x", "S3://b/k", "/b/k"):
+    for url in (
+        "http://minio/b/k",
+        "file:///tmp/x",
+        "S3://b/k",
+        "/b/k",
+        # pvc://: a DNS-1123 claim name and a file path (not a directory, no query)
+        "pvc://claim",
+        "pvc://claim/",
+        "pvc://claim/dir/",
+        "pvc://Claim/k.db",
+        "pvc://-claim/k.db",
+        "pvc:///k.db",
+        "pvc://claim/k.db?x=1",
+    ):
         rejected(
             create(kube_api, namespace, backup(destination={"objectURLTemplate": url})),
-            "objectURLTemplate must start with s3:// or gs://",
+            URL_MSG,
         )
-    accepted(
-        create(
-            kube_api,
-            namespace,
-            backup(destination={"objectURLTemplate": "gs://bucket/{{ .UID }}.db"}),
+    for i, url in enumerate(
+        (
+            "gs://bucket/{{ .UID }}.db",
+            "pvc://etcd-backups/dir/snap.db",
+            "pvc://b.k/{{ .ClusterName }}/{{ .Timestamp }}.db",
         )
-    )
+    ):
+        obj = backup(destination={"objectURLTemplate": url})
+        obj["metadata"]["name"] = "b" if i == 0 else f"b{i}"
+        accepted(create(kube_api, namespace, obj))
     rejected(
         patch(
             kube_api, namespace, "etcdbackup", "b", {"spec": {"source": {"clusterName": "other"}}}
@@ -894,7 +913,7 @@ def test_schedule_rules(kube_api, namespace):
                 }
             ),
         ),
-        "objectURLTemplate must start with s3:// or gs://",
+        URL_MSG,
     )
 
 
@@ -938,10 +957,14 @@ def restore(**spec) -> dict:
 
 
 def test_restore_rules(kube_api, namespace):
-    rejected(
-        create(kube_api, namespace, restore(source={"objectURL": "https://x/k.db"})),
-        "objectURL must start with s3:// or gs://",
-    )
+    for url in ("https://x/k.db", "pvc://claim/", "pvc://UPPER/k.db"):
+        rejected(
+            create(kube_api, namespace, restore(source={"objectURL": url})),
+            "objectURL must be s3://bucket/key, gs://bucket/key or pvc://claim/path",
+        )
+    from_claim = restore(source={"objectURL": "pvc://etcd-backups/dir/snap.db"})
+    from_claim["metadata"]["name"] = "from-claim"
+    accepted(create(kube_api, namespace, from_claim))
     rejected(
         create(kube_api, namespace, restore(clusterTemplate={"version": "v3.6.16"})), LEADING_V_MSG
     )

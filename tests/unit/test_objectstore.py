@@ -52,7 +52,13 @@ def test_plain_aws_and_gcs_urls():
 @pytest.mark.parametrize(
     ("url", "says"),
     [
-        ("http://b/k", "scheme must be s3:// or gs://"),
+        ("http://b/k", "scheme must be s3://, gs:// or pvc://"),
+        ("pvc://Claim/k.db", "not a PersistentVolumeClaim name"),
+        ("pvc://claim", "no file path after the claim"),
+        ("pvc://claim/dir/", "no file path after the claim"),
+        ("pvc://claim/a/../../etc/passwd", "may not contain"),
+        ("pvc://claim/a//b.db", "may not contain"),
+        ("pvc://claim/k.db?x=1", "no query"),
         ("s3:///k", "no bucket"),
         ("s3://b", "no object key"),
         ("s3://b/dir/", "no object key"),

@@ -617,3 +617,37 @@ def test_in_place_restore_restores_the_volumes_of_the_existing_cluster_and_hands
     assert "handing their volumes back to EtcdCluster c" in step["message"]
     handed = in_place(cluster=recovering_cluster(restore_uid=UID), pvcs=ours("c-0", "c-1", "c-2"))
     assert plan_restore(handed)["reason"] == "WaitingForCluster"
+
+
+def test_a_restore_from_a_claim_mounts_it_read_only_in_fetch_only():
+    member = members()[0]
+    url = "pvc://etcd-backups/c/snap.db"
+    pod_obj = render_restore_pod(
+        restore_obj(source={"objectURL": url}),
+        "c-0",
+        member["spec"],
+        SETTINGS,
+        IMAGE,
+        url,
+        SHA,
+        "s3",
+    )
+    spec = pod_obj["spec"]
+    claim = [v for v in spec["volumes"] if v["name"] == "backup-claim"]
+    assert claim == [
+        {
+            "name": "backup-claim",
+            "persistentVolumeClaim": {"claimName": "etcd-backups", "readOnly": True},
+        }
+    ]
+    assert not [v for v in spec["volumes"] if "secret" in v], "no credentials for pvc://"
+    fetch = spec["initContainers"][0]
+    assert {
+        "name": "backup-claim",
+        "mountPath": "/var/run/quorumkeeper/claim",
+        "readOnly": True,
+    } in (fetch["volumeMounts"])
+    assert "--credentials-dir" not in fetch["command"]
+    assert fetch["command"][fetch["command"].index("--url") + 1] == url
+    restore = spec["containers"][0]
+    assert all(m["name"] != "backup-claim" for m in restore["volumeMounts"])
