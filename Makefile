@@ -99,6 +99,16 @@ bundle: toolchain ## Regenerate the OLM bundle (bundle/, bundle.Dockerfile) from
 bundle-validate: toolchain ## Validate bundle/ as OperatorHub does (operator-sdk's operatorframework suite)
 	$(OPERATOR_SDK) bundle validate ./bundle --select-optional suite=operatorframework
 
+##@ OLM
+
+.PHONY: olm-install
+olm-install: cluster-up ## OLM v0 on the local cluster: its CRDs, olm and catalog operators (idempotent)
+	$(PYTHON) hack/olm/olm_install.py
+
+.PHONY: catalog
+catalog: olm-install ## File-based catalog of bundle/ (opm), served as CatalogSource olm/quorumkeeper
+	$(PYTHON) hack/olm/olm_catalog.py up
+
 ##@ Development
 
 .PHONY: lint

@@ -52,6 +52,8 @@ CONTROL_PLANE_ETCD_PORT = 12379
 FORWARD_CHAIN = "QK-FORWARD"
 OPERATOR_IMAGE = "quay.io/quorumkeeper/etcd-operator:0.1.0"
 ETCD_REPOSITORY = "quay.io/coreos/etcd"
+OLM_REPOSITORY = "quay.io/operator-framework/olm"
+OPM_REPOSITORY = "quay.io/operator-framework/opm"
 DEFAULT_NODES = 3
 
 
@@ -314,7 +316,32 @@ def image_map(tools: dict, operator_root: Path, minio_entrypoint: Path | None = 
         }
     )
     images += object_store_images(tools, base_path, minio_entrypoint)
+    images += olm_images(tools, base_path)
     return {"images": images}
+
+
+def olm_images(tools: dict, base_path: str) -> list:
+    """OLM v0's image (olm and catalog operators, laid out as upstream's /bin) and opm's, both
+    only at the version the toolchain built: a manifest naming another stays ErrImagePull."""
+    images = []
+    if tools.get("olm"):
+        images.append(
+            {
+                "image": f"{OLM_REPOSITORY}:{tools['olm']['version']}",
+                "binds": {"/bin/olm": tools["olm"]["olm"], "/bin/catalog": tools["olm"]["catalog"]},
+                "env": {"PATH": base_path},
+            }
+        )
+    if tools.get("opm"):
+        images.append(
+            {
+                "image": f"{OPM_REPOSITORY}:{tools['opm']['version']}",
+                "binds": {"/bin/opm": tools["opm"]["opm"]},
+                "env": {"PATH": base_path},
+                "entrypoint": ["/bin/opm"],
+            }
+        )
+    return images
 
 
 def object_store_images(tools: dict, base_path: str, minio_entrypoint: Path | None) -> list:
