@@ -221,3 +221,9 @@ def s3(request, s3_port):
     for obj in client.list_objects_v2(Bucket=bucket).get("Contents", []):
         client.delete_object(Bucket=bucket, Key=obj["Key"])
     client.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture
+def etcd_cluster_without_operator(local_cluster, namespace):
+    """A driver for tests that bring their own operator (test_olm.py: installed by OLM)."""
+    return EtcdClusterDriver(local_cluster, namespace)
