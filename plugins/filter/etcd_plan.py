@@ -479,7 +479,9 @@ def _automatic_recovery(observed, cluster, head, lost, survivors) -> tuple[dict 
             f"{head}, and waiting cannot bring it back: {_members(lost)} lost {_their(lost)} data "
             f"(PVC gone). Automatic disaster recovery will {what} in {remaining}s "
             f"(spec.disasterRecovery.delaySeconds={delay})",
-            "event",
+            # Due when the countdown ends (at once with delaySeconds 0, once the first
+            # sighting is recorded), not at the next fallback poll.
+            f"{remaining}s" if remaining > 0 else "next",
             quorum_lost=quorum_lost,
         ), ""
     extra["recovery"]["time"] = observed.get("now")
@@ -563,7 +565,8 @@ def _recovery_under_way(observed, cluster, peers, info) -> dict | None:
                     "RecoveringFromSurvivor",
                     f"waiting for {name} to start as a one-member cluster on its data "
                     "(--force-new-cluster)",
-                    "event",
+                    # etcd answers seconds after its pod starts; no Kubernetes event says so.
+                    "poll",
                 )
         elif not flagged_pod:
             continue

@@ -658,6 +658,17 @@ def test_recovery_waits_for_the_delay_and_says_what_it_will_do():
     assert "in 60s" in step["message"]
     assert step["quorum_lost"]["unrecoverable"] is True
     assert plan(disaster(elapsed=45))["message"].count("in 15s") == 1
+    assert step["requeue"] == "60s", "looked at again when the countdown ends"
+    assert plan(disaster(elapsed=45))["requeue"] == "15s"
+
+
+def test_with_no_delay_the_recovery_starts_right_after_the_first_sighting_is_recorded():
+    step = plan(disaster(elapsed=None, delay=0))
+    assert (step["action"], step["reason"], step["requeue"]) == ("wait", "QuorumLost", "next")
+    assert report_for(disaster(elapsed=None, delay=0))["status"]["recovery"] == {
+        "quorumLossSince": "2026-11-22T10:20:00Z"
+    }
+    assert plan(disaster(elapsed=0, delay=0))["action"] == "force_new_cluster"
 
 
 def test_the_loss_is_timed_from_when_it_was_first_seen():
