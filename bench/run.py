@@ -29,6 +29,10 @@ Operator (medians over --runs, every sample in the result file):
 - upgrade: a rolling upgrade of 3 members, 3.5.35 -> 3.6.16, while one client writes through the
   client Service retrying each write for up to 1 s: the share of writes acknowledged, and the
   acknowledged writes not read back afterwards (issue 8).
+- olm_install: `make olm-install` onto a cluster without OLM (warm toolchain) -> OLM ready, and
+  once more with OLM there.
+- olm_subscription: OperatorGroup + Subscription created -> the operator's CSV Succeeded (OLM
+  installing from the file-based catalog of bundle/).
 - profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
   process each), CPU seconds, wall time; read from ansible-runner's job events.
 
@@ -61,6 +65,7 @@ sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 
 import faults  # noqa: E402
+import olmhelpers  # noqa: E402  (tests/e2e/olmhelpers.py)
 from backuphelpers import backup_manifest  # noqa: E402  (tests/e2e/backuphelpers.py)
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
 from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noqa: E402
@@ -1482,6 +1487,67 @@ def bench_disaster_recovery(kube: Kube, runs: int) -> None:
     )
 
 
+def bench_olm_install(kube: Kube, runs: int) -> None:
+    """`make olm-install` (warm toolchain, running cluster) onto a cluster without OLM -> OLM
+    ready (both operators available, the olm operator resolving OperatorGroups); then the same
+    command once more with OLM there (the idempotent path). Removes OLM before each run: a
+    served `make catalog` (namespace olm) goes with it."""
+
+    def make_olm_install():
+        subprocess.run(["make", "-s", "olm-install"], cwd=ROOT, check=True, capture_output=True)
+
+    fresh, again = [], []
+    for _ in range(runs):
+        olmhelpers.olm_install.uninstall(olmhelpers.kubectl())
+        fresh.append(timed(make_olm_install, lambda: None))
+        again.append(timed(make_olm_install, lambda: None))
+    record(
+        "olm_install",
+        fresh,
+        "issue 9: recorded",
+        already_installed_seconds=[round(s, 3) for s in again],
+        already_installed_median=round(statistics.median(again), 3),
+        includes="make's cluster-up and toolchain checks (warm), CRDs, RBAC, both operators",
+    )
+
+
+def bench_olm_subscription(kube: Kube, runs: int) -> None:
+    """OperatorGroup + Subscription (automatic approval) created -> CSV Succeeded, the operator
+    installed by OLM from the file-based catalog of bundle/ (each run a fresh namespace; the
+    make-deploy operator is paused meanwhile)."""
+    source, catalog = "quorumkeeper-bench", olmhelpers.olm_catalog
+    olmhelpers.olm_install.install(olmhelpers.kubectl())
+    olmhelpers.olm_install.localcluster.LocalCluster().build_operator_image()
+    directory = catalog.build(STATE / "catalogs" / source)
+    samples = []
+    with olmhelpers.regular_operator_paused(kube):
+        try:
+            catalog.serve(source, directory, olmhelpers.kubectl())
+            csv = f"{catalog.PACKAGE}.v{catalog.csv_of(catalog.BUNDLE)['spec']['version']}"
+            for run in range(runs):
+                namespace = f"bench-olm-{run}"
+                olmhelpers.remove(kube, namespace)
+                olmhelpers.create_namespace(kube, namespace)
+                started = time.monotonic()
+                kube.apply(
+                    olmhelpers.operator_group(namespace),
+                    olmhelpers.subscription(namespace, source, csv),
+                )
+                olmhelpers.wait_csv_succeeded(kube, namespace, csv, timeout=300)
+                samples.append(time.monotonic() - started)
+                olmhelpers.remove(kube, namespace)
+        finally:
+            for run in range(runs):
+                olmhelpers.remove(kube, f"bench-olm-{run}")
+            catalog.down(source, olmhelpers.kubectl())
+    record(
+        "olm_subscription",
+        samples,
+        "issue 9: recorded",
+        path="Subscription created -> CSV Succeeded (InstallPlan, CRDs, RBAC, Deployment ready)",
+    )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -1498,6 +1564,8 @@ BENCHMARKS = {
     "restore": bench_restore,
     "upgrade": bench_upgrade,
     "disaster_recovery": bench_disaster_recovery,
+    "olm_install": bench_olm_install,
+    "olm_subscription": bench_olm_subscription,
 }
 
 
