@@ -798,7 +798,7 @@ class LocalCluster:
         # A re-deploy of an unchanged manifest must still pick up the freshly copied files: the
         # digest of the "image" goes into the pod template, in the same apply (one rollout, so
         # the new pod does not wait out the leader lease of a pod that only lived a moment).
-        digest = _tree_digest(self.layout.state / "images" / "operator")
+        digest = tree_digest(self.layout.state / "images" / "operator")
         documents = [d for d in yaml.safe_load_all(rendered) if d]
         for document in documents:
             if document.get("kind") == "Deployment":
@@ -829,7 +829,7 @@ def _recorded_argv(pid_file: Path) -> list[str]:
         return [""]
 
 
-def _tree_digest(path: Path) -> str:
+def tree_digest(path: Path) -> str:
     digest = hashlib.sha256()
     for file in sorted(p for p in path.rglob("*") if p.is_file()):
         digest.update(str(file.relative_to(path)).encode())

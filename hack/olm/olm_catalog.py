@@ -24,7 +24,6 @@ ready again.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -120,14 +119,6 @@ def build(out: Path, bundle: Path = BUNDLE, upgrade_to: str | None = None) -> Pa
     return out
 
 
-def content_digest(directory: Path) -> str:
-    digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest.update(str(path.relative_to(directory)).encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
 def catalog_dir(name: str) -> Path:
     return localcluster.Layout().state / "catalogs" / name
 
@@ -148,7 +139,9 @@ def serving_objects(name: str, directory: Path) -> list[dict]:
             "template": {
                 "metadata": {
                     "labels": labels,
-                    "annotations": {"quorumkeeper.dev/catalog-digest": content_digest(directory)},
+                    "annotations": {
+                        "quorumkeeper.dev/catalog-digest": localcluster.tree_digest(directory)
+                    },
                 },
                 "spec": {
                     "containers": [
