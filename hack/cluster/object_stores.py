@@ -110,7 +110,7 @@ class Kubectl:
         return result.stdout
 
 
-def _not_ready(kubectl) -> str:
+def pods_not_ready(kubectl) -> str:
     """Why the stores' pods are not ready yet, as the node agents report it."""
     pods = json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-o", "json"))["items"]
     reasons = []
@@ -123,7 +123,9 @@ def _not_ready(kubectl) -> str:
                 )
             elif not container.get("ready"):
                 reasons.append(f"{pod['metadata']['name']}: not ready")
-    return "; ".join(reasons) or "no pods yet"
+    if not pods:
+        return "no pods yet"
+    return "; ".join(reasons) or "all ready"
 
 
 def deploy(kubectl, timeout: float = 180) -> None:
@@ -146,7 +148,7 @@ def deploy(kubectl, timeout: float = 180) -> None:
             return
         if time.monotonic() > deadline:
             raise RuntimeError(
-                f"object stores not ready after {timeout:.0f}s: {_not_ready(kubectl)} "
+                f"object stores not ready after {timeout:.0f}s: {pods_not_ready(kubectl)} "
                 "(ErrImagePull: the image map lacks the store; run hack/toolchain/install.py "
                 "and `make cluster-up`)"
             )
@@ -173,7 +175,11 @@ def host_client(kubectl, store: Store):
             aws_access_key_id=store.credentials["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=store.credentials["AWS_SECRET_ACCESS_KEY"],
             config=botocore.config.Config(
-                s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}
+                s3={"addressing_style": "path"},
+                retries={"max_attempts": 5, "mode": "standard"},
+                # A call must fail within ensure_bucket's deadline, not after botocore's 60 s.
+                connect_timeout=5,
+                read_timeout=30,
             ),
         )
     from google.auth.credentials import AnonymousCredentials
@@ -186,27 +192,61 @@ def host_client(kubectl, store: Store):
     )
 
 
-def ensure_bucket(client, store: Store, bucket: str = BUCKET, timeout: float = 60) -> None:
-    """Create the bucket unless it exists; retried while the Service's endpoints catch up."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if store.scheme == "s3":
-                import botocore.exceptions
+def ensure_bucket(client, store: Store, bucket: str = BUCKET, timeout: float = 120) -> None:
+    """Create the bucket unless it exists; retried while the Service's endpoints catch up.
 
-                try:
-                    client.head_bucket(Bucket=bucket)
-                except botocore.exceptions.ClientError as error:
-                    if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
-                        raise
-                    client.create_bucket(Bucket=bucket)
-            elif client.lookup_bucket(bucket) is None:
-                client.create_bucket(bucket)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(1)
+    Raises RuntimeError naming the store and the last answer of each call when the bucket is
+    still missing at the deadline."""
+    deadline = time.monotonic() + timeout
+    attempts = 0
+    while True:
+        attempts += 1
+        try:
+            if _bucket_exists(client, store, bucket):
+                return
+            _create_bucket(client, store, bucket)
+            if _bucket_exists(client, store, bucket):
+                return
+            last_error: Exception = RuntimeError("created, but not found afterwards")
+        except Exception as error:  # noqa: BLE001 - any failure is retried until the deadline
+            last_error = error
+        if time.monotonic() > deadline:
+            raise RuntimeError(
+                f"bucket {bucket} in {store.name} ({store.url}) still missing after "
+                f"{attempts} attempts in {timeout:.0f}s; last error: {last_error!r}"
+            ) from last_error
+        time.sleep(1)
+
+
+def _bucket_exists(client, store: Store, bucket: str) -> bool:
+    if store.scheme != "s3":
+        return client.lookup_bucket(bucket) is not None
+    import botocore.exceptions
+
+    try:
+        client.head_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchBucket"):
+            return False
+        raise
+    return True
+
+
+def _create_bucket(client, store: Store, bucket: str) -> None:
+    if store.scheme != "s3":
+        client.create_bucket(bucket)
+        return
+    import botocore.exceptions
+
+    try:
+        client.create_bucket(Bucket=bucket)
+    except botocore.exceptions.ClientError as error:
+        # Another session (or a retried request) created it first: that is what we want.
+        if error.response.get("Error", {}).get("Code") not in (
+            "BucketAlreadyOwnedByYou",
+            "BucketAlreadyExists",
+        ):
+            raise
 
 
 def main() -> int:

@@ -94,5 +94,8 @@ def object_stores(local_cluster) -> dict[str, StoreUnderTest]:
     deployed = {}
     for name, store in stores_lib.stores().items():
         deployed[name] = StoreUnderTest(store, stores_lib.host_client(local_cluster, store))
-        deployed[name].ensure_bucket()
+        try:
+            deployed[name].ensure_bucket()
+        except RuntimeError as error:
+            pytest.fail(f"{error}; the store's pods: {stores_lib.pods_not_ready(local_cluster)}")
     return deployed

@@ -97,3 +97,54 @@ def test_minio_is_stamped_with_the_commit_and_time_of_its_pseudo_version():
     assert "github.com/minio/minio/cmd.ReleaseTag=DEVELOPMENT.2026-02-12T20-18-48Z" in flags
     assert "github.com/minio/minio/cmd.CommitID=7aac2a2c5b7c" in flags
     assert flags[:2] == ["-s", "-w"]
+
+
+def _moto_client(port: int):
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name=object_stores.REGION,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+    )
+
+
+def test_ensure_bucket_creates_a_missing_bucket_and_keeps_an_existing_one():
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        client = _moto_client(server.get_host_and_port()[1])
+        store = object_stores.stores()["moto"]
+        object_stores.ensure_bucket(client, store, "etcd-backups", timeout=10)
+        client.put_object(Bucket="etcd-backups", Key="kept", Body=b"1")
+        object_stores.ensure_bucket(client, store, "etcd-backups", timeout=10)
+        assert client.get_object(Bucket="etcd-backups", Key="kept")["Body"].read() == b"1"
+    finally:
+        server.stop()
+
+
+def test_ensure_bucket_names_the_store_and_the_last_error_when_it_gives_up():
+    import socket
+
+    import botocore.config
+    import pytest
+
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=f"http://127.0.0.1:{port}",
+        region_name=object_stores.REGION,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        config=botocore.config.Config(retries={"max_attempts": 1}, connect_timeout=1),
+    )
+    with pytest.raises(RuntimeError, match=r"bucket etcd-backups in moto .* still missing.*"):
+        object_stores.ensure_bucket(client, object_stores.stores()["moto"], timeout=1)
