@@ -1172,6 +1172,11 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
             "median_seconds": median_of(operator, "seconds"),
             "median_mib_per_s": throughput,
             "median_rss_mib_growth": median_of(operator, "rss_mib_growth"),
+            # What the snapshot's size costs: any reconcile grows the tree by its
+            # ansible-playbook processes, an empty backup's too.
+            "rss_mib_growth_above_empty_backup": round(
+                median_of(operator, "rss_mib_growth") - reference["rss_mib_growth"], 1
+            ),
             "median_module_rss_mib_peak": median_of(operator, "module_rss_mib_peak"),
             "module_rss_mib_growth": module_growth,
             "runs": operator,

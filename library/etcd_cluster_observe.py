@@ -297,9 +297,11 @@ def observe_etcd(p, peers):
 
 def observe_alarms(client, info):
     """Active alarms (an upgrade waits while one is): asked of a healthy member; None when
-    there is none or it does not answer."""
+    there is none, it does not answer, or the cluster has no quorum: etcd reads alarms through
+    raft, so without a quorum the call could only wait out its timeout (5 s of every observe
+    while a disaster recovery is decided)."""
     healthy = [u for m in info["members"] if m.get("healthy") for u in m.get("client_urls", [])]
-    if not healthy:
+    if not healthy or not info.get("healthy"):
         return None
     try:
         return client.alarms(healthy)

@@ -48,6 +48,11 @@ SNAPSHOT_CHANNEL_OPTIONS = (
 # etcd sends a snapshot in 32 KiB messages: read about 1 MiB of them per turn of the event loop
 # rather than one, which costs as much CPU as the rest of receiving.
 SNAPSHOT_BATCH_BYTES = 1024 * 1024
+# How long member_list waits for the other endpoints once one has answered: enough for members
+# that answer at once to be ranked by endpoint order, far less than a hung call's timeout.
+FIRST_ANSWER_GRACE_SECONDS = 0.05
+# A call member_list stopped waiting for.
+_NO_ANSWER_YET = object()
 
 # Substrings of etcd server errors (stable across 3.4 - 3.6).
 ERR_LEARNER_NOT_READY = "in sync with leader"
@@ -407,23 +412,50 @@ class EtcdClient:
     def member_list(self, endpoints=None):
         """Members via the first endpoint that answers a linearizable MemberList.
 
-        All endpoints are asked concurrently; endpoint order decides which answer is used. If
-        none answers linearizably (e.g. quorum lost) a serializable list is used instead.
-        Returns ``(members, endpoint, errors)``; raises ``EtcdUnreachable``.
+        All endpoints are asked concurrently, and the first answer ends the wait: every
+        linearizable answer is as good as another, and an endpoint that hangs (a partitioned
+        member) would otherwise cost every call its whole timeout. Among the answers in by then
+        (plus a moment for the others), endpoint order decides. If none answers linearizably
+        (e.g. quorum lost) a serializable list is used instead. Returns
+        ``(members, endpoint, errors)``; raises ``EtcdUnreachable``.
         """
         endpoints = list(endpoints or self.endpoints)
         errors = {}
         for linearizable in (True, False):
             results = self._run(
-                self._gather([self._member_list(ep, linearizable) for ep in endpoints])
+                self._first_answers([self._member_list(ep, linearizable) for ep in endpoints])
             )
             for ep, res in zip(endpoints, results, strict=False):
                 if isinstance(res, BaseException):
                     if ep not in errors:
                         errors[ep] = describe_error(res)
                     continue
-                return res, ep, errors
+                if res is not _NO_ANSWER_YET:
+                    return res, ep, errors
         raise EtcdUnreachable(endpoints, errors)
+
+    async def _first_answers(self, coros, grace=FIRST_ANSWER_GRACE_SECONDS):
+        """The coroutines' results (or exceptions) in order, once one of them has succeeded
+        and the others had ``grace`` seconds more; those still running are cancelled and stand
+        as ``_NO_ANSWER_YET``. Without any success, all of them, as ``_gather`` returns them."""
+        tasks = [asyncio.ensure_future(c) for c in coros]
+        pending = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(not t.cancelled() and t.exception() is None for t in done):
+                    if pending:
+                        _, pending = await asyncio.wait(pending, timeout=grace)
+                    break
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+        return [
+            _NO_ANSWER_YET if t in pending or t.cancelled() else (t.exception() or t.result())
+            for t in tasks
+        ]
 
     def statuses(self, members):
         """Status of each member, asked through its own client URLs, concurrently.

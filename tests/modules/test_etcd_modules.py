@@ -310,3 +310,28 @@ def test_module_utils_direct(etcd_factory):
         client.put("k", "v")
         assert client.get("k") == b"v"
         wait_for(lambda: client.cluster_info()["healthy"], what="healthy cluster")
+
+
+def test_member_list_does_not_wait_for_a_member_that_hangs(etcd_factory):
+    """A partitioned member (here: stopped, so its connections hang) must not cost every
+    member_list its whole timeout: the first linearizable answer ends the wait."""
+    import os
+    import signal
+
+    cluster = etcd_factory(3)
+    with EtcdClient(cluster.endpoints(), timeout=5) as client:
+        info = wait_for(lambda: (i := client.cluster_info())["healthy"] and i, what="healthy")
+    # A follower: stopping the leader would make the others wait for an election instead.
+    follower = next(m["name"] for m in info["members"] if not m["is_leader"])
+    hung = cluster.nodes[follower]
+    os.kill(hung.proc.pid, signal.SIGSTOP)
+    try:
+        with EtcdClient(cluster.endpoints(), timeout=10) as client:
+            started = time.monotonic()
+            members, used, _ = client.member_list()
+            elapsed = time.monotonic() - started
+        assert len(members) == 3
+        assert used != hung.client_url
+        assert elapsed < 5, f"member_list waited {elapsed:.1f}s for the hung member"
+    finally:
+        os.kill(hung.proc.pid, signal.SIGCONT)
