@@ -53,6 +53,9 @@ SNAPSHOT_BATCH_BYTES = 1024 * 1024
 FIRST_ANSWER_GRACE_SECONDS = 0.05
 # A call member_list stopped waiting for.
 _NO_ANSWER_YET = object()
+# How long a member may report no leader before a linearizable MemberList through it is given up
+# for a serializable one: longer than an election takes (etcd's default election timeout is 1 s).
+LEADERLESS_GRACE_SECONDS = 2.0
 
 # Substrings of etcd server errors (stable across 3.4 - 3.6).
 ERR_LEARNER_NOT_READY = "in sync with leader"
@@ -251,6 +254,10 @@ class EtcdUnreachable(Exception):
         super().__init__(f"no etcd endpoint answered ({detail})")
 
 
+class NoLeader(Exception):
+    """A member has reported no raft leader for longer than an election takes."""
+
+
 class EtcdOperationError(Exception):
     """An etcd call was answered with an error (as opposed to no answer at all)."""
 
@@ -422,9 +429,13 @@ class EtcdClient:
         endpoints = list(endpoints or self.endpoints)
         errors = {}
         for linearizable in (True, False):
-            results = self._run(
-                self._first_answers([self._member_list(ep, linearizable) for ep in endpoints])
-            )
+            calls = [
+                self._member_list_unless_leaderless(ep)
+                if linearizable
+                else self._member_list(ep, linearizable=False)
+                for ep in endpoints
+            ]
+            results = self._run(self._first_answers(calls))
             for ep, res in zip(endpoints, results, strict=False):
                 if isinstance(res, BaseException):
                     if ep not in errors:
@@ -434,18 +445,46 @@ class EtcdClient:
                     return res, ep, errors
         raise EtcdUnreachable(endpoints, errors)
 
-    async def _first_answers(self, coros, grace=FIRST_ANSWER_GRACE_SECONDS):
+    async def _member_list_unless_leaderless(self, endpoint, grace=LEADERLESS_GRACE_SECONDS):
+        """A linearizable MemberList of ``endpoint``, given up (``NoLeader``) when it has not
+        answered within ``grace`` seconds and the member then reports no leader: without a
+        quorum no leader is elected and the call could only wait out its timeout (5 s of every
+        observe after a quorum loss), while an ordinary election ends well within the grace.
+        A healthy cluster answers at once and costs no second call."""
+        listing = asyncio.ensure_future(self._member_list(endpoint, linearizable=True))
+        try:
+            await asyncio.wait({listing}, timeout=grace)
+            if not listing.done():
+                try:
+                    status = await self._status(endpoint)
+                except Exception:  # noqa: BLE001 - no status: the listing's own outcome decides
+                    status = None
+                if status is not None and not status["leader_int"] and not listing.done():
+                    raise NoLeader(f"no leader for {grace:g}s")
+            return await listing
+        finally:
+            if not listing.done():
+                listing.cancel()
+                await asyncio.gather(listing, return_exceptions=True)
+
+    async def _first_answers(self, coros, grace=FIRST_ANSWER_GRACE_SECONDS, decisive=(NoLeader,)):
         """The coroutines' results (or exceptions) in order, once one of them has succeeded
-        and the others had ``grace`` seconds more; those still running are cancelled and stand
-        as ``_NO_ANSWER_YET``. Without any success, all of them, as ``_gather`` returns them."""
+        and the others had ``grace`` seconds more, or once one has failed with a ``decisive``
+        exception (a live member that has had no leader for longer than an election: the
+        cluster has no quorum, and the calls still waiting are to members that do not answer);
+        those still running are cancelled and stand as ``_NO_ANSWER_YET``. Otherwise all of
+        them, as ``_gather`` returns them."""
         tasks = [asyncio.ensure_future(c) for c in coros]
         pending = set(tasks)
         try:
             while pending:
                 done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(not t.cancelled() and t.exception() is None for t in done):
+                finished = [t for t in done if not t.cancelled()]
+                if any(t.exception() is None for t in finished):
                     if pending:
                         _, pending = await asyncio.wait(pending, timeout=grace)
+                    break
+                if any(isinstance(t.exception(), decisive) for t in finished):
                     break
         finally:
             for task in pending:

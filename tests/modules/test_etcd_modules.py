@@ -335,3 +335,34 @@ def test_member_list_does_not_wait_for_a_member_that_hangs(etcd_factory):
         assert elapsed < 5, f"member_list waited {elapsed:.1f}s for the hung member"
     finally:
         os.kill(hung.proc.pid, signal.SIGCONT)
+
+
+def test_member_list_without_quorum_does_not_wait_out_the_timeout(etcd_factory):
+    """After a quorum loss (two of three members stopped: their connections hang) no leader
+    is elected, so a linearizable MemberList can never answer: the survivor's serializable list
+    is used once it has reported no leader for longer than an election takes."""
+    import os
+    import signal
+
+    cluster = etcd_factory(3)
+    survivor = cluster.nodes["n0"]
+    lost = [cluster.nodes["n1"], cluster.nodes["n2"]]
+    for node in lost:
+        os.kill(node.proc.pid, signal.SIGSTOP)
+    try:
+        with EtcdClient(cluster.endpoints(), timeout=10) as client:
+            wait_for(
+                lambda: not client.status(survivor.client_url)["leader_int"],
+                what="the survivor to notice it has no leader",
+            )
+            started = time.monotonic()
+            members, used, errors = client.member_list()
+            elapsed = time.monotonic() - started
+        assert len(members) == 3
+        assert used == survivor.client_url
+        if not cluster.version.startswith("3.4."):  # 3.4 lists members locally anyway
+            assert "no leader" in errors[survivor.client_url]
+        assert elapsed < 8, f"member_list waited {elapsed:.1f}s without a quorum"
+    finally:
+        for node in lost:
+            os.kill(node.proc.pid, signal.SIGCONT)
