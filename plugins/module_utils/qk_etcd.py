@@ -53,8 +53,9 @@ SNAPSHOT_BATCH_BYTES = 1024 * 1024
 FIRST_ANSWER_GRACE_SECONDS = 0.05
 # A call member_list stopped waiting for.
 _NO_ANSWER_YET = object()
-# How long a member may report no leader before a linearizable MemberList through it is given up
-# for a serializable one: longer than an election takes (etcd's default election timeout is 1 s).
+# How long a linearizable MemberList may go unanswered before its member is asked whether it has
+# a leader (none: the list is given up for a serializable one): longer than an election takes
+# (etcd's default election timeout is 1 s).
 LEADERLESS_GRACE_SECONDS = 2.0
 
 # Substrings of etcd server errors (stable across 3.4 - 3.6).
@@ -255,7 +256,8 @@ class EtcdUnreachable(Exception):
 
 
 class NoLeader(Exception):
-    """A member has reported no raft leader for longer than an election takes."""
+    """A linearizable call went unanswered for longer than an election takes, and its member
+    reports no raft leader."""
 
 
 class EtcdOperationError(Exception):

@@ -263,9 +263,10 @@ def s3_client(location, credentials):
     credentials = credentials or {}
     s3_options = {
         # SigV4 would hash every part once more to sign it (botocore does so on http endpoints
-        # unless told not to): up to a fifth of the CPU of a backup on two cores. The part's
-        # integrity is still checked by the store (botocore's CRC32 checksum header), and the
-        # whole object's by our SHA-256, read back by verification.
+        # unless told not to): a tenth of a backup's throughput on two cores
+        # (bench/backup_local.py). The part's integrity is still checked by the store
+        # (botocore's CRC32 checksum header), and the whole object's by our SHA-256, read back
+        # by verification.
         "payload_signing_enabled": False,
     }
     if location.endpoint:
