@@ -99,7 +99,7 @@ def test_minio_is_stamped_with_the_commit_and_time_of_its_pseudo_version():
     assert flags[:2] == ["-s", "-w"]
 
 
-def _moto_client(port: int):
+def _s3_client(port: int, config=None):
     import boto3
 
     return boto3.client(
@@ -108,6 +108,7 @@ def _moto_client(port: int):
         region_name=object_stores.REGION,
         aws_access_key_id="k",
         aws_secret_access_key="s",
+        config=config,
     )
 
 
@@ -117,7 +118,7 @@ def test_ensure_bucket_creates_a_missing_bucket_and_keeps_an_existing_one():
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     try:
-        client = _moto_client(server.get_host_and_port()[1])
+        client = _s3_client(server.get_host_and_port()[1])
         store = object_stores.stores()["moto"]
         object_stores.ensure_bucket(client, store, "etcd-backups", timeout=10)
         client.put_object(Bucket="etcd-backups", Key="kept", Body=b"1")
@@ -136,15 +137,7 @@ def test_ensure_bucket_names_the_store_and_the_last_error_when_it_gives_up():
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    import boto3
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=f"http://127.0.0.1:{port}",
-        region_name=object_stores.REGION,
-        aws_access_key_id="k",
-        aws_secret_access_key="s",
-        config=botocore.config.Config(retries={"max_attempts": 1}, connect_timeout=1),
-    )
+    no_retries = botocore.config.Config(retries={"max_attempts": 1}, connect_timeout=1)
+    client = _s3_client(port, no_retries)
     with pytest.raises(RuntimeError, match=r"bucket etcd-backups in moto .* still missing.*"):
         object_stores.ensure_bucket(client, object_stores.stores()["moto"], timeout=1)
