@@ -15,16 +15,14 @@ COPY requirements.yml ${HOME}/requirements.yml
 RUN ansible-galaxy collection install -r ${HOME}/requirements.yml \
  && chmod -R ug+rwx ${HOME}/.ansible
 
-# Where Ansible finds our roles, modules, module_utils and filters (HOME is /opt/ansible).
-ENV ANSIBLE_ROLES_PATH=/opt/ansible/roles \
-    ANSIBLE_LIBRARY=/opt/ansible/library \
-    ANSIBLE_MODULE_UTILS=/opt/ansible/plugins/module_utils \
-    ANSIBLE_FILTER_PLUGINS=/opt/ansible/plugins/filter \
-    ANSIBLE_ACTION_PLUGINS=/opt/ansible/plugins/action \
+# Where Ansible finds our roles, modules and plugins: ansible.cfg (HOME is /opt/ansible).
+ENV ANSIBLE_CONFIG=/opt/ansible/ansible.cfg \
     ETCD_REPOSITORY=quay.io/coreos/etcd
 
 COPY watches.yaml ${HOME}/watches.yaml
+COPY ansible.cfg ${HOME}/ansible.cfg
 COPY playbooks/ ${HOME}/playbooks/
 COPY roles/ ${HOME}/roles/
 COPY library/ ${HOME}/library/
 COPY plugins/ ${HOME}/plugins/
+COPY collections/ ${HOME}/collections/

@@ -58,9 +58,7 @@ object-stores: cluster-up ## MinIO, moto (S3) and fake-gcs-server in the cluster
 
 .PHONY: run
 run: toolchain ## Run the operator on this host against $KUBECONFIG (needs cluster DNS on the host)
-	ANSIBLE_ROLES_PATH=$(CURDIR)/roles ANSIBLE_LIBRARY=$(CURDIR)/library \
-	ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils ANSIBLE_FILTER_PLUGINS=$(CURDIR)/plugins/filter \
-	ANSIBLE_ACTION_PLUGINS=$(CURDIR)/plugins/action QK_KUBECONFIG=$(KUBECONFIG) \
+	ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg QK_KUBECONFIG=$(KUBECONFIG) \
 	PATH=$(VENV)/bin:$$PATH WATCH_NAMESPACE= \
 	$$($(PYTHON) -c 'import json;print(json.load(open("$(QK_CACHE)/toolchain.json"))["ansible_operator"])')/ansible-operator \
 		run --watches-file=./watches.yaml --health-probe-bind-address=127.0.0.1:6789 --metrics-bind-address=127.0.0.1:8080
@@ -115,7 +113,7 @@ catalog: olm-install ## File-based catalog of bundle/ (opm), served as CatalogSo
 lint: toolchain ## ruff and ansible-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	PATH=$(VENV)/bin:$$PATH ANSIBLE_MODULE_UTILS=$(CURDIR)/plugins/module_utils $(VENV)/bin/ansible-lint roles playbooks molecule
+	PATH=$(VENV)/bin:$$PATH ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/ansible-lint roles playbooks molecule
 
 SCENARIO ?=
 

@@ -123,7 +123,10 @@ class ModulePeak(threading.Thread):
 def run_module(args: dict, home: Path, tree: Path = ROOT) -> dict:
     cmd = [etcdharness.ansible_bin(), "localhost", "-m", "etcd_snapshot", "-a", json.dumps(args)]
     env = etcdharness.ansible_env(home)
+    # A tree of an earlier commit may predate ansible.cfg's collection (modules importing
+    # ansible.module_utils.qk_*): give it its module_utils path as well.
     env.update(
+        ANSIBLE_CONFIG=str(tree / "ansible.cfg"),
         ANSIBLE_LIBRARY=str(tree / "library"),
         ANSIBLE_MODULE_UTILS=str(tree / "plugins" / "module_utils"),
     )

@@ -107,9 +107,13 @@ verification_due:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-from ansible.module_utils.qk_snapshot import plan_backup
-from ansible.module_utils.qk_verify import verification_state
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import verification_state
 
 
 def main():

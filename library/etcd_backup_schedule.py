@@ -101,9 +101,13 @@ import datetime
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_duration import parse_duration
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-from ansible.module_utils.qk_schedule import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import parse_duration
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule import (
     API_VERSION,
     SCHEDULE_LABEL,
     finish,
@@ -140,8 +144,15 @@ def create_backup(client, manifest):
 def prune_claim_file(client, object_url, namespace):
     """Delete a pvc:// file (and its SHA-256) through a pod that mounts its claim; the error
     message, or None. A claim that is gone holds no file any more."""
-    from ansible.module_utils.qk_objectstore import ObjectStoreError, parse_object_url
-    from ansible.module_utils.qk_pvcstore import ClaimError, deleter_pod, run_helper
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
+        ObjectStoreError,
+        parse_object_url,
+    )
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_pvcstore import (
+        ClaimError,
+        deleter_pod,
+        run_helper,
+    )
 
     try:
         location = parse_object_url(object_url)
@@ -164,8 +175,15 @@ def prune_backup(client, entry, namespace):
     elif entry["object_url"]:
         # Only when there is something to delete: boto3 and google-cloud-storage cost a quarter
         # of a CPU-second to import.
-        from ansible.module_utils.qk_objectstore import ObjectStoreError, delete, parse_object_url
-        from ansible.module_utils.qk_snapshot import SnapshotSourceError, read_credentials
+        from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
+            ObjectStoreError,
+            delete,
+            parse_object_url,
+        )
+        from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
+            SnapshotSourceError,
+            read_credentials,
+        )
 
         try:
             credentials = read_credentials(

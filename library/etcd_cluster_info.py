@@ -94,7 +94,7 @@ endpoint_errors:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdUnreachable,

@@ -141,8 +141,12 @@ etcd:
 from datetime import UTC, datetime
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.qk_disruption import PDB_API_VERSION, pdb_name, summarize_pdb
-from ansible.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import (
+    PDB_API_VERSION,
+    pdb_name,
+    summarize_pdb,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdClient,
@@ -150,8 +154,12 @@ from ansible.module_utils.qk_etcd import (
     EtcdUnreachable,
     quorum_summary,
 )
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    operator_clients,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     CLUSTER_GROUP_KIND,
     CLUSTER_LABEL,
     PEER_LABEL,
@@ -164,8 +172,11 @@ from ansible.module_utils.qk_members import (
     summarize_pvc,
     summarize_replicaset,
 )
-from ansible.module_utils.qk_restore import RECOVERY_KEY, RESTORE_KEY
-from ansible.module_utils.qk_verify import RETRYABLE_REASONS
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
+    RECOVERY_KEY,
+    RESTORE_KEY,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
 UNREACHABLE = {
     "reachable": False,

@@ -73,13 +73,17 @@ pdb:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_disruption import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import (
     PDB_API_VERSION,
     pdb_differs,
     render_pdb,
     summarize_pdb,
 )
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, api_client
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    api_client,
+)
 
 
 def ensure(module, client):

@@ -65,8 +65,12 @@ patched:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    operator_clients,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     PRIMARY_RESOURCE_TYPE,
     client_service_name,
     cluster_annotations,

@@ -131,7 +131,7 @@ leader_moved_to:
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ERR_LEARNER_NOT_READY,
     ERR_MEMBER_NOT_FOUND,
     ERR_NOT_ENOUGH_STARTED,

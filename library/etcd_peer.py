@@ -159,8 +159,12 @@ deleting:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    operator_clients,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     PEER_LABEL,
     claim_lost,
     cluster_annotations,

@@ -103,8 +103,12 @@ gone:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, api_client
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    api_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     PEER_LABEL,
     etcd_image,
     is_subset,
@@ -112,7 +116,7 @@ from ansible.module_utils.qk_members import (
     owner_reference,
     render_replicaset,
 )
-from ansible.module_utils.qk_upgrade import restart_plan
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_upgrade import restart_plan
 
 POLL_SECONDS = 0.2
 

@@ -108,14 +108,18 @@ deleted:
 import copy
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, operator_clients
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    operator_clients,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     PEER_LABEL,
     is_subset,
     render_replicaset,
     started_with_force_new_cluster,
 )
-from ansible.module_utils.qk_restore import RECOVERY_KEY
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import RECOVERY_KEY
 
 
 class Recovery:

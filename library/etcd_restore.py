@@ -141,11 +141,22 @@ revision:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_etcd import EtcdClient, describe_error
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-from ansible.module_utils.qk_members import client_service_url
-from ansible.module_utils.qk_objectstore import ObjectStoreError, download, parse_object_url
-from ansible.module_utils.qk_restore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+    EtcdClient,
+    describe_error,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import client_service_url
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
+    ObjectStoreError,
+    download,
+    parse_object_url,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     API_VERSION,
     RECOVERY_KEY,
     RESTORE_KEY,
@@ -155,7 +166,10 @@ from ansible.module_utils.qk_restore import (
     restore_pod_name,
     target_claims,
 )
-from ansible.module_utils.qk_snapshot import SnapshotSourceError, read_credentials
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
+    SnapshotSourceError,
+    read_credentials,
+)
 
 
 class StepError(Exception):

@@ -119,9 +119,13 @@ step:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-from ansible.module_utils.qk_members import CLUSTER_LABEL
-from ansible.module_utils.qk_restore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import CLUSTER_LABEL
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     API_VERSION,
     RESTORE_KEY,
     plan_restore,

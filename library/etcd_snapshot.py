@@ -152,7 +152,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdUnreachable,
@@ -160,10 +160,23 @@ from ansible.module_utils.qk_etcd import (
     describe_error,
     etcd_argument_spec,
 )
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-from ansible.module_utils.qk_objectstore import ObjectStoreError, parse_object_url, upload
-from ansible.module_utils.qk_pvcstore import ClaimError, read_claim, run_helper, writer_pod
-from ansible.module_utils.qk_snapshot import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
+    ObjectStoreError,
+    parse_object_url,
+    upload,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_pvcstore import (
+    ClaimError,
+    read_claim,
+    run_helper,
+    writer_pod,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
     SnapshotSourceError,
     check_cluster,
     choose_source,

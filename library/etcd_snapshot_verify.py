@@ -129,21 +129,25 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-from ansible.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdClient,
     describe_error,
 )
-from ansible.module_utils.qk_helper_pods import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     container_failure,
     container_waiting,
     pod_ready,
     running_step,
 )
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, api_client
-from ansible.module_utils.qk_members import etcd_image
-from ansible.module_utils.qk_verify import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    api_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import etcd_image
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import (
     API_VERSION,
     STUCK_WAITING,
     check_backup,

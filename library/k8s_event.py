@@ -93,8 +93,11 @@ gone:
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_action import run_module
-from ansible.module_utils.qk_k8s import EVENT_ARGUMENT_SPEC, record_event
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_action import run_module
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_k8s import (
+    EVENT_ARGUMENT_SPEC,
+    record_event,
+)
 
 
 def main():

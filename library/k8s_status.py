@@ -107,8 +107,11 @@ gone:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_action import run_module
-from ansible.module_utils.qk_k8s import STATUS_ARGUMENT_SPEC, write_status
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_action import run_module
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_k8s import (
+    STATUS_ARGUMENT_SPEC,
+    write_status,
+)
 
 
 def main():

@@ -44,8 +44,11 @@ seconds:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.qk_action import run_module
-from ansible.module_utils.qk_duration import REQUEUE_ARGUMENT_SPEC, requeue_period
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_action import run_module
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import (
+    REQUEUE_ARGUMENT_SPEC,
+    requeue_period,
+)
 
 
 def main():

@@ -300,11 +300,7 @@ def image_map(tools: dict, operator_root: Path, minio_entrypoint: Path | None = 
             "env": {
                 "PATH": f"{venv_bin}:{base_path}",
                 "HOME": "/opt/ansible",
-                "ANSIBLE_LIBRARY": "/opt/ansible/library",
-                "ANSIBLE_MODULE_UTILS": "/opt/ansible/plugins/module_utils",
-                "ANSIBLE_FILTER_PLUGINS": "/opt/ansible/plugins/filter",
-                "ANSIBLE_ACTION_PLUGINS": "/opt/ansible/plugins/action",
-                "ANSIBLE_ROLES_PATH": "/opt/ansible/roles",
+                "ANSIBLE_CONFIG": "/opt/ansible/ansible.cfg",
                 "ANSIBLE_LOCAL_TEMP": "/tmp/ansible",
             },
             "entrypoint": [
@@ -773,11 +769,14 @@ class LocalCluster:
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)
-        for name in ("watches.yaml", "requirements.yml"):
+        for name in ("watches.yaml", "requirements.yml", "ansible.cfg"):
             shutil.copy2(ROOT / name, staging / name)
-        for name in ("playbooks", "roles", "library", "plugins"):
+        for name in ("playbooks", "roles", "library", "plugins", "collections"):
             shutil.copytree(
-                ROOT / name, staging / name, ignore=shutil.ignore_patterns("__pycache__")
+                ROOT / name,
+                staging / name,
+                symlinks=True,  # collections/.../plugins links to plugins/, as COPY keeps it
+                ignore=shutil.ignore_patterns("__pycache__"),
             )
         # Swap in place so the path the image map binds stays the same.
         if image_root.exists():

@@ -40,12 +40,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
-for _path in (ROOT / "hack" / "cluster", ROOT / "plugins" / "module_utils"):
+for _path in (ROOT / "hack" / "cluster", ROOT / "collections"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
 import faults  # noqa: E402  (hack/cluster/faults.py)
-import qk_etcd  # noqa: E402  (plugins/module_utils/qk_etcd.py)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_etcd  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402

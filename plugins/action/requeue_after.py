@@ -4,15 +4,10 @@
 
 from __future__ import annotations
 
-import os
-
-import ansible.module_utils
-
-_OURS = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "module_utils")
-if _OURS not in ansible.module_utils.__path__:  # the controller does not search module_utils paths
-    ansible.module_utils.__path__.append(_OURS)
-
-from ansible.module_utils.qk_action import action_module  # noqa: E402
-from ansible.module_utils.qk_duration import REQUEUE_ARGUMENT_SPEC, requeue_period  # noqa: E402
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_action import action_module
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import (
+    REQUEUE_ARGUMENT_SPEC,
+    requeue_period,
+)
 
 ActionModule = action_module(REQUEUE_ARGUMENT_SPEC, requeue_period, needs_client=False)

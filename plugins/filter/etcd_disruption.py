@@ -4,15 +4,7 @@
 
 from __future__ import annotations
 
-import os
-
-import ansible.module_utils
-
-_OURS = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "module_utils")
-if _OURS not in ansible.module_utils.__path__:  # the controller does not search module_utils paths
-    ansible.module_utils.__path__.append(_OURS)
-
-from ansible.module_utils.qk_disruption import max_unavailable  # noqa: E402
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import max_unavailable
 
 # What etcd_cluster_pdb_update returns when the budget is right as it is.
 UNCHANGED = -1

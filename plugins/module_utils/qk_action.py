@@ -11,8 +11,12 @@ where the action plugins are not configured.
 
 from __future__ import annotations
 
-from ansible.module_utils.qk_k8s import OperationError
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, api_client
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_k8s import OperationError
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    api_client,
+)
 
 FAILURES = (OperationError, KubeConfigError, KubeError, ValueError)
 

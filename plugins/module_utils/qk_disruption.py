@@ -14,7 +14,7 @@ waits while a member is down or restarting (an upgrade, a replacement).
 
 from __future__ import annotations
 
-from ansible.module_utils.qk_members import CLUSTER_LABEL
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import CLUSTER_LABEL
 
 PDB_API_VERSION = "policy/v1"
 

@@ -26,13 +26,23 @@ CLAIM_VOLUME = "backup-claim"
 # Where pods mount the claim of a pvc:// URL: qk_objectstore.PVC_MOUNT (not imported: that
 # module loads the S3 and GCS clients).
 PVC_MOUNT = "/var/run/quorumkeeper/claim"
-# Where the operator image keeps this project's plugins (the Dockerfile copies plugins/ there).
-OBJECTSTORE_SCRIPT = "/opt/ansible/plugins/module_utils/qk_objectstore.py"
+# How helper pods run qk_objectstore from the operator image: as a module of the collection the
+# Dockerfile copies to COLLECTIONS_DIR, so that it imports the etcd connection as the operator's
+# modules do (``objectstore_command(...)`` and ``OBJECTSTORE_ENV`` go together).
+COLLECTIONS_DIR = "/opt/ansible/collections"
+OBJECTSTORE_MODULE = "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore"
+OBJECTSTORE_ENV = [{"name": "PYTHONPATH", "value": COLLECTIONS_DIR}]
 # Exit codes of ``qk_objectstore.py fetch``.
 FETCH_UNREADABLE = 2
 FETCH_SHA256_MISMATCH = 3
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def objectstore_command(*args):
+    """The command of a helper container running ``qk_objectstore <args>`` (with
+    OBJECTSTORE_ENV)."""
+    return ["python3", "-m", OBJECTSTORE_MODULE, *args]
 
 
 def backup_claim(object_url):
@@ -83,15 +93,7 @@ def fetch_container(operator_image, object_url, sha256=None, credentials_secret=
     claim, mounted read-only) to SNAPSHOT_FILE and fails (exit 3) unless its bytes have
     ``sha256`` (else the SHA-256 recorded with the object). It must be given the volumes of
     ``snapshot_volumes`` with the same ``credentials_secret`` and ``object_url``."""
-    command = [
-        "python3",
-        OBJECTSTORE_SCRIPT,
-        "fetch",
-        "--url",
-        object_url,
-        "--dest",
-        SNAPSHOT_FILE,
-    ]
+    command = objectstore_command("fetch", "--url", object_url, "--dest", SNAPSHOT_FILE)
     if sha256:
         command += ["--sha256", sha256]
     mounts = [snapshot_mount()]
@@ -104,6 +106,7 @@ def fetch_container(operator_image, object_url, sha256=None, credentials_secret=
         "name": "fetch",
         "image": operator_image,
         "command": command,
+        "env": list(OBJECTSTORE_ENV),
         "volumeMounts": mounts,
         # What it printed on stderr becomes the termination message, where kubelets support it.
         "terminationMessagePolicy": "FallbackToLogsOnError",

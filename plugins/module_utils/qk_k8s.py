@@ -13,7 +13,10 @@ import copy
 import socket
 import time
 
-from ansible.module_utils.qk_kube import KubeError, now_rfc3339
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeError,
+    now_rfc3339,
+)
 
 CONDITION_STATUSES = ("True", "False", "Unknown")
 MAX_CONFLICT_RETRIES = 5

@@ -866,7 +866,7 @@ def write_snapshot(url, endpoint, timeout=None, etcd_timeout=5.0):
     location = parse_object_url(url)
     if location.scheme != "pvc":
         raise ObjectStoreError(f"{url!r}: write serves pvc:// URLs only (the operator uploads)")
-    import qk_etcd  # noqa: PLC0415 - next to this file when run as a script
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_etcd  # noqa: PLC0415
 
     with qk_etcd.EtcdClient([endpoint], timeout=etcd_timeout) as client:
         try:

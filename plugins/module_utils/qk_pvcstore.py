@@ -27,16 +27,17 @@ import hashlib
 import json
 import time
 
-from ansible.module_utils.qk_helper_pods import (
-    OBJECTSTORE_SCRIPT,
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
+    OBJECTSTORE_ENV,
     backup_claim,
     claim_mount,
     claim_volume,
     container_failure,
     container_waiting,
+    objectstore_command,
 )
-from ansible.module_utils.qk_kube import KubeError
-from ansible.module_utils.qk_verify import STUCK_WAITING
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import KubeError
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import STUCK_WAITING
 
 HELPER_LABEL = "etcd.quorumkeeper.dev/pvc-helper"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
@@ -85,14 +86,8 @@ def render_helper_pod(action, object_url, namespace, operator_image, args=(), ow
                 {
                     "name": action,
                     "image": operator_image,
-                    "command": [
-                        "python3",
-                        OBJECTSTORE_SCRIPT,
-                        action,
-                        "--url",
-                        object_url,
-                        *args,
-                    ],
+                    "command": objectstore_command(action, "--url", object_url, *args),
+                    "env": list(OBJECTSTORE_ENV),
                     "volumeMounts": [claim_mount(read_only=False)],
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                 }

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import re
 
-from ansible.module_utils.qk_helper_pods import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     FETCH_SHA256_MISMATCH,
     SNAPSHOT_FILE,
     container_failure,
@@ -42,7 +42,7 @@ from ansible.module_utils.qk_helper_pods import (
     snapshot_mount,
     snapshot_volumes,
 )
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     CLUSTER_LABEL,
     CONFIG_PROBLEMS,
     IMAGE_PROBLEMS,
@@ -50,7 +50,7 @@ from ansible.module_utils.qk_members import (
     render_pvc,
     render_replicaset,
 )
-from ansible.module_utils.qk_verify import RETRYABLE_REASONS
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
 API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
 # On the EtcdCluster and the PVCs a restore creates (annotation), and on its pods (label).

@@ -30,8 +30,11 @@ import datetime
 import hashlib
 import math
 
-from ansible.module_utils.qk_duration import format_duration, parse_duration
-from ansible.module_utils.qk_verify import RETRYABLE_REASONS
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import (
+    format_duration,
+    parse_duration,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
 API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
 SCHEDULE_LABEL = "etcd.quorumkeeper.dev/schedule"
@@ -306,7 +309,7 @@ def template_error(template):
     """What is wrong with a backupTemplate's objectURLTemplate (an unknown field, a URL that
     cannot be used), or None. The placeholders are kept as they are, so the message shows the
     template the user wrote."""
-    from ansible.module_utils.qk_objectstore import (
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
         TEMPLATE_FIELDS,
         ObjectStoreError,
         parse_object_url,

@@ -7,9 +7,13 @@ from __future__ import annotations
 import base64
 import datetime
 
-from ansible.module_utils.qk_kube import KubeConfigError, KubeError, direct_client
-from ansible.module_utils.qk_members import client_service_url
-from ansible.module_utils.qk_objectstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KubeConfigError,
+    KubeError,
+    direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import client_service_url
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     parse_object_url,
     render_object_url,

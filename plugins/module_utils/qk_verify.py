@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from ansible.module_utils.qk_helper_pods import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     FETCH_SHA256_MISMATCH,
     FETCH_UNREADABLE,
     SNAPSHOT_FILE,

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-import ansible.module_utils  # noqa: E402
-
-if str(ROOT / "plugins" / "module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "plugins" / "module_utils"))
-
-from ansible.module_utils.qk_kube import (  # noqa: E402
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeClient,
     KubeConfigError,
     KubeError,

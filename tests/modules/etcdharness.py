@@ -253,14 +253,12 @@ class EtcdCluster:
 
 
 def ansible_env(tmp_home, action_plugins=True):
-    """Ansible configured like the operator image; without action_plugins, k8s_status,
-    k8s_event and requeue_after run as the modules in library/ instead of in-process."""
+    """Ansible configured like the operator image (the project's ansible.cfg); without
+    action_plugins, k8s_status, k8s_event and requeue_after run as the modules in library/
+    instead of in-process."""
     env = dict(os.environ)
     env.update(
-        ANSIBLE_LIBRARY=str(REPO / "library"),
-        ANSIBLE_MODULE_UTILS=str(REPO / "plugins" / "module_utils"),
-        ANSIBLE_FILTER_PLUGINS=str(REPO / "plugins" / "filter"),
-        ANSIBLE_ACTION_PLUGINS=str(REPO / "plugins" / "action"),
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_LOCALHOST_WARNING="0",
@@ -273,7 +271,8 @@ def ansible_env(tmp_home, action_plugins=True):
         ANSIBLE_PYTHON_INTERPRETER=sys.executable,
     )
     if not action_plugins:
-        env.pop("ANSIBLE_ACTION_PLUGINS")
+        # An action plugin path without our plugins (the environment overrides ansible.cfg).
+        env["ANSIBLE_ACTION_PLUGINS"] = str(Path(tmp_home) / "no-action-plugins")
     return env
 
 

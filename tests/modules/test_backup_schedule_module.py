@@ -11,7 +11,11 @@ import uuid
 
 import minioharness
 import pytest
-from ansible.module_utils.qk_objectstore import ObjectStoreError, delete, parse_object_url
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
+    ObjectStoreError,
+    delete,
+    parse_object_url,
+)
 
 import etcdharness
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from ansible.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
 
 import etcdharness
 

@@ -13,8 +13,8 @@ import sys
 
 import minioharness
 import pytest
-from ansible.module_utils.qk_etcd import EtcdClient
-from ansible.module_utils.qk_objectstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     download,
     parse_object_url,
@@ -25,7 +25,9 @@ from damaging_s3 import DamagingMotoServer
 
 import etcdharness
 
-CLI = etcdharness.REPO / "plugins" / "module_utils" / "qk_objectstore.py"
+# As helper pods run it: a module of the collection, with the collections on PYTHONPATH.
+CLI = ["-m", "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore"]
+COLLECTIONS = str(etcdharness.REPO / "collections")
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fetch-key", "AWS_SECRET_ACCESS_KEY": "fetch-secret"}
 BUCKET = "readback"
 
@@ -60,12 +62,12 @@ def store_snapshot(cluster, url, keys=30, credentials=None):
 
 def fetch(url, dest, *extra):
     return subprocess.run(
-        [sys.executable, str(CLI), "fetch", "--url", url, "--dest", str(dest), *extra],
+        [sys.executable, *CLI, "fetch", "--url", url, "--dest", str(dest), *extra],
         capture_output=True,
         text=True,
         timeout=120,
         # The helper pod has no AWS environment: only what --credentials-dir gives.
-        env={"PATH": os.environ["PATH"], "HOME": str(dest.parent)},
+        env={"PATH": os.environ["PATH"], "PYTHONPATH": COLLECTIONS, "HOME": str(dest.parent)},
     )
 
 

@@ -11,21 +11,24 @@ import os
 import subprocess
 import sys
 
-from ansible.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
 
 import etcdharness
 
-CLI = etcdharness.REPO / "plugins" / "module_utils" / "qk_objectstore.py"
+# As helper pods run it: a module of the collection, with the collections on PYTHONPATH.
+CLI = ["-m", "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore"]
+COLLECTIONS = str(etcdharness.REPO / "collections")
 
 
 def run(claim_root, *args):
     return subprocess.run(
-        [sys.executable, str(CLI), *args],
+        [sys.executable, *CLI, *args],
         capture_output=True,
         text=True,
         timeout=120,
         env={
             "PATH": os.environ["PATH"],
+            "PYTHONPATH": COLLECTIONS,
             "HOME": str(claim_root),
             "QK_CLAIM_MOUNT": str(claim_root),
         },

@@ -12,8 +12,8 @@ import json
 
 import minioharness
 import pytest
-from ansible.module_utils.qk_etcd import EtcdClient
-from ansible.module_utils.qk_objectstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     delete,
     parse_object_url,

@@ -3,7 +3,7 @@ handed to a chosen member (etcd_member state=leader) and the alarms the upgrade 
 
 from __future__ import annotations
 
-from ansible.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
 from test_etcd_modules import info
 
 

@@ -12,9 +12,11 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.qk_etcd import EtcdClient
-from ansible.module_utils.qk_helper_pods import container_failure
-from ansible.module_utils.qk_verify import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
+    container_failure,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import (
     container_failed,
     judge,
     parse_snapshot_status,
@@ -70,7 +72,7 @@ class LocalPod:
             (tmp_path / volume).mkdir()
         self.paths = {
             "/var/run/secrets/quorumkeeper/store": str(creds),
-            "/opt/ansible/plugins/module_utils": str(etcdharness.REPO / "plugins/module_utils"),
+            "/opt/ansible/collections": str(etcdharness.REPO / "collections"),
             "/usr/local/bin": str(self.bin_dir),
             "/snapshot": str(tmp_path / "snapshot"),
             "/scratch": str(tmp_path / "scratch"),
@@ -79,6 +81,12 @@ class LocalPod:
         }
         self.logs = {}
         self.etcd = None
+
+    def map_path(self, value):
+        for old, new in self.paths.items():
+            if old.startswith("/") and (value == old or value.startswith(old + "/")):
+                return new + value[len(old) :]
+        return value
 
     def argv(self, container):
         out = []
@@ -93,7 +101,9 @@ class LocalPod:
 
     def env(self, container):
         env = {"PATH": "/usr/bin:/bin", "HOME": str(self.base)}
-        env.update({e["name"]: e["value"] for e in container.get("env", []) if "value" in e})
+        env.update(
+            {e["name"]: self.map_path(e["value"]) for e in container.get("env", []) if "value" in e}
+        )
         return env
 
     def run_init(self):

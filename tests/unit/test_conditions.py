@@ -3,14 +3,17 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from ansible.module_utils.qk_k8s import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_k8s import (
     compute_status,
     deep_merge,
     event_matches,
     merge_conditions,
     normalize_condition_status,
 )
-from ansible.module_utils.qk_kube import kubeconfig_path, now_rfc3339
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    kubeconfig_path,
+    now_rfc3339,
+)
 
 T0 = "2020-01-01T00:00:00Z"
 NOW = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)

@@ -1,7 +1,11 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.qk_duration import format_duration, normalize_duration, parse_duration
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import (
+    format_duration,
+    normalize_duration,
+    parse_duration,
+)
 
 S = 1_000_000_000
 

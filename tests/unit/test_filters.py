@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from etcd_filters import (
+from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import (
     FilterModule,
     etcd_client_url,
     etcd_image,
@@ -133,7 +133,8 @@ def test_filter_module_exports():
 
 
 def test_filters_through_ansible(tmp_path):
-    """The plugin loads in Ansible via ANSIBLE_FILTER_PLUGINS and works in templates."""
+    """The plugin loads in Ansible as the project's ansible.cfg configures it and works in
+    templates."""
     expr = (
         "{{ ['e-0','e-1'] | etcd_initial_cluster('e', 'ns') }}|{{ 'e-1' | etcd_ordinal }}|"
         "{{ '3.6.16' | etcd_image('quay.io/coreos/etcd') }}|"
@@ -141,7 +142,7 @@ def test_filters_through_ansible(tmp_path):
     )
     env = dict(
         os.environ,
-        ANSIBLE_FILTER_PLUGINS=str(REPO / "plugins/filter"),
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
         ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_LOCALHOST_WARNING="0",

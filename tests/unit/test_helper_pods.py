@@ -4,7 +4,7 @@ version, and reading failures out of a pod's status."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.qk_helper_pods import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     CREDENTIALS_DIR,
     SNAPSHOT_DIR,
     SNAPSHOT_FILE,
@@ -35,7 +35,8 @@ def test_fetch_container_runs_the_cli_into_the_snapshot_file():
     assert c["name"] == "fetch" and c["image"] == IMAGE
     assert c["command"] == [
         "python3",
-        "/opt/ansible/plugins/module_utils/qk_objectstore.py",
+        "-m",
+        "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore",
         "fetch",
         "--url",
         URL,

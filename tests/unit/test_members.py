@@ -6,7 +6,7 @@ import copy
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from ansible.module_utils.qk_members import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     CLUSTER_GROUP_KIND,
     PRIMARY_RESOURCE,
     PRIMARY_RESOURCE_TYPE,

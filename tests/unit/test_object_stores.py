@@ -15,7 +15,9 @@ sys.path.insert(0, str(REPO / "hack" / "toolchain"))
 import install  # noqa: E402
 import localcluster  # noqa: E402
 import object_stores  # noqa: E402
-from ansible.module_utils.qk_objectstore import parse_object_url  # noqa: E402
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (  # noqa: E402
+    parse_object_url,
+)
 
 
 def test_object_urls_name_the_service_and_parse_as_the_operator_parses_them():

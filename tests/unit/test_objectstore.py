@@ -10,13 +10,17 @@ import threading
 import time
 
 import pytest
-from ansible.module_utils.qk_objectstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     parse_object_url,
     render_object_url,
     send_parts,
 )
-from ansible.module_utils.qk_snapshot import SnapshotSourceError, pick_member, secret_data
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
+    SnapshotSourceError,
+    pick_member,
+    secret_data,
+)
 
 FIELDS = {
     "UID": "0b7c",
@@ -222,7 +226,7 @@ def stored_backup(template, source=None, status=None):
 def test_backup_plan_for_a_cluster_fills_the_template():
     from datetime import UTC, datetime
 
-    from ansible.module_utils.qk_snapshot import plan_backup
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
 
     plan = plan_backup(
         stored_backup("s3://b/{{ .ClusterName }}/{{ .Timestamp }}-{{ .UID }}.db"),
@@ -237,7 +241,7 @@ def test_backup_plan_for_a_cluster_fills_the_template():
 
 
 def test_an_interrupted_backup_keeps_its_recorded_url():
-    from ansible.module_utils.qk_snapshot import plan_backup
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
 
     status = {"phase": "Running", "objectURL": "s3://b/main/20261122T080000Z.db"}
     plan = plan_backup(stored_backup("s3://b/main/{{ .Timestamp }}.db", status=status))
@@ -245,7 +249,7 @@ def test_an_interrupted_backup_keeps_its_recorded_url():
 
 
 def test_backup_plan_reports_a_bad_template_instead_of_raising():
-    from ansible.module_utils.qk_snapshot import plan_backup
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
 
     plan = plan_backup(
         stored_backup("s3://b/{{ .Cluster }}.db", source={"clusterURL": "http://10.0.0.1:2379"})

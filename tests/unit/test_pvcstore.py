@@ -8,11 +8,15 @@ import hashlib
 import io
 
 import pytest
-from ansible.module_utils.qk_helper_pods import PVC_MOUNT, backup_claim, snapshot_volumes
-from ansible.module_utils.qk_objectstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
+    PVC_MOUNT,
+    backup_claim,
+    snapshot_volumes,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     PVC_MOUNT as OBJECTSTORE_PVC_MOUNT,
 )
-from ansible.module_utils.qk_objectstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     claim_file,
     delete_file,
@@ -20,7 +24,7 @@ from ansible.module_utils.qk_objectstore import (
     parse_object_url,
     upload_file,
 )
-from ansible.module_utils.qk_pvcstore import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_pvcstore import (
     ClaimError,
     check_claim,
     co_locate,
@@ -30,7 +34,7 @@ from ansible.module_utils.qk_pvcstore import (
     last_json,
     writer_pod,
 )
-from ansible.module_utils.qk_verify import render_pod
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import render_pod
 
 IMAGE = "quay.io/quorumkeeper/etcd-operator:0.1.0"
 URL = "pvc://etcd-backups/main/20261122T083000Z.db"
@@ -59,7 +63,8 @@ def test_writer_pod_mounts_the_claim_read_write_and_streams_from_the_member():
     assert container["image"] == IMAGE
     assert container["command"] == [
         "python3",
-        "/opt/ansible/plugins/module_utils/qk_objectstore.py",
+        "-m",
+        "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore",
         "write",
         "--url",
         URL,
@@ -73,7 +78,7 @@ def test_writer_pod_mounts_the_claim_read_write_and_streams_from_the_member():
 
 def test_deleter_pod_and_names():
     pod = deleter_pod(URL, "prod", IMAGE)
-    assert pod["spec"]["containers"][0]["command"][2:] == ["delete", "--url", URL]
+    assert pod["spec"]["containers"][0]["command"][3:] == ["delete", "--url", URL]
     name = helper_pod_name("delete", URL)
     assert name != helper_pod_name("write", URL)
     assert name != helper_pod_name("delete", URL + "x")

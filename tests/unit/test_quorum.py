@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     endpoint_target,
     find_member,
     initial_cluster,

@@ -7,8 +7,9 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.qk_members import render_replicaset
-from ansible.module_utils.qk_restore import (
+from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import etcd_peer_member
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import render_replicaset
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     FINAL_REASONS,
     RESTORE_KEY,
     RESTORE_PEER_LABEL,
@@ -22,7 +23,6 @@ from ansible.module_utils.qk_restore import (
     summarize_restore_pod,
     target_claims,
 )
-from etcd_filters import etcd_peer_member
 
 _spec = importlib.util.spec_from_file_location(
     "etcd_plan", Path(__file__).resolve().parents[2] / "plugins" / "filter" / "etcd_plan.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 import pytest
-from ansible.module_utils.qk_schedule import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule import (
     SCHEDULE_LABEL,
     SCHEDULED_TIME_ANNOTATION,
     ScheduleError,

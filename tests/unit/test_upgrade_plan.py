@@ -5,8 +5,12 @@ import importlib.util
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.qk_disruption import max_unavailable, pdb_differs, render_pdb
-from ansible.module_utils.qk_upgrade import restart_plan
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import (
+    max_unavailable,
+    pdb_differs,
+    render_pdb,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_upgrade import restart_plan
 
 FILTERS = Path(__file__).resolve().parents[2] / "plugins" / "filter"
 

@@ -4,7 +4,7 @@ how what the restored etcd serves is judged, and when a verification is due."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.qk_verify import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import (
     FINAL_REASONS,
     RETRYABLE_REASONS,
     check_backup,
