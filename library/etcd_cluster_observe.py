@@ -138,13 +138,18 @@ etcd:
   returned: always
 """
 
-from datetime import UTC, datetime
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import (
     PDB_API_VERSION,
     pdb_name,
     summarize_pdb,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    ClusterNetwork,
+    data_lost,
+    now_timestamp,
+    ordinal_of,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
@@ -166,7 +171,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     PRIMARY_RESOURCE_TYPE,
     age_seconds,
     client_service_name,
-    member_client_url,
     read_member_claim,
     summarize_pod,
     summarize_pvc,
@@ -187,11 +191,6 @@ UNREACHABLE = {
     "healthy": False,
     "endpoint_errors": {},
 }
-
-
-def ordinal(name):
-    tail = name.rsplit("-", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
 
 
 def peer_summary(peer):
@@ -234,7 +233,7 @@ def observe_kubernetes(p, cached, direct):
             peer_summary(x)
             for x in cached.list(p["api_version"], "EtcdPeer", namespace, label_selector=selector)
         ),
-        key=lambda x: ordinal(x["name"]),
+        key=lambda x: ordinal_of(x["name"]),
     )
     if peers:
         # A single-object read through the proxy (re)establishes the watch on peers after an
@@ -291,12 +290,8 @@ def observe_etcd(p, peers):
     if not peers:
         return dict(UNREACHABLE)
     live = [x for x in peers if not x["deleting"]] or peers
-    endpoints = [
-        member_client_url(
-            x["name"], p["name"], p["namespace"], p["cluster_domain"], p["client_port"]
-        )
-        for x in live
-    ]
+    network = ClusterNetwork(p["name"], p["namespace"], p["cluster_domain"], p["client_port"])
+    endpoints = network.client_urls(x["name"] for x in live)
     try:
         with EtcdClient(endpoints, timeout=p["timeout"]) as client:
             info = client.cluster_info()
@@ -399,14 +394,9 @@ def main():
     except (KubeConfigError, KubeError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
     observed["etcd"] = observe_etcd(p, observed["peers"])
-    observed["now"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    data_lost = any(
-        not claim["exists"] or claim["uid"] != x["pvc_uid"] or claim["deleting"]
-        for x in observed["peers"]
-        if x["pvc_uid"]
-        for claim in [observed["pvcs"].get(x["name"]) or {"exists": False}]
-    )
-    if not observed["etcd"]["healthy"] and (observed["etcd"]["reachable"] or data_lost):
+    observed["now"] = now_timestamp()
+    lost = any(data_lost(x["pvc_uid"], observed["pvcs"].get(x["name"])) for x in observed["peers"])
+    if not observed["etcd"]["healthy"] and (observed["etcd"]["reachable"] or lost):
         # Without a quorum only: the backup to restore from (by a person, or by the automatic
         # disaster recovery).
         observed.update(observe_backups(p, direct))

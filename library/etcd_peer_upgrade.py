@@ -103,6 +103,7 @@ gone:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import image_reference
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
     KubeError,
@@ -110,7 +111,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     PEER_LABEL,
-    etcd_image,
     is_subset,
     member_settings,
     owner_reference,
@@ -162,7 +162,7 @@ class Upgrade:
         settings = member_settings(p["settings"])
         wanted = render_replicaset(p["name"], p["namespace"], peer["spec"], settings)
         wanted["metadata"]["ownerReferences"] = [owner_reference(peer)]
-        image = etcd_image(
+        image = image_reference(
             peer["spec"]["version"],
             peer["spec"].get("repository") or settings["default_repository"],
         )

@@ -141,6 +141,7 @@ revision:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ClusterNetwork
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     EtcdClient,
     describe_error,
@@ -150,7 +151,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeError,
     direct_client,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import client_service_url
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     download,
@@ -371,7 +371,9 @@ class Restore:
     def complete(self):
         p = self.p
         name = self.restore["spec"]["clusterName"]
-        endpoint = client_service_url(name, p["namespace"], p["cluster_domain"], p["client_port"])
+        endpoint = ClusterNetwork(
+            name, p["namespace"], p["cluster_domain"], p["client_port"]
+        ).client_service_url()
         try:
             with EtcdClient([endpoint], timeout=p["timeout"]) as etcd:
                 self.result["revision"] = etcd.revision(endpoint)

@@ -129,6 +129,7 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import image_reference
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
@@ -146,7 +147,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeError,
     api_client,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import etcd_image
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import (
     API_VERSION,
     STUCK_WAITING,
@@ -263,7 +263,7 @@ def verify(module, kube, backup):
     started = time.monotonic()
     status = backup["status"]
     version = status["etcdVersion"]
-    image = etcd_image(version, etcd_repository(kube, backup, p["etcd_repository"]))
+    image = image_reference(version, etcd_repository(kube, backup, p["etcd_repository"]))
     wanted = render_pod(backup, p["operator_image"], image, p["client_port"], p["resources"])
     name, namespace = wanted["metadata"]["name"], wanted["metadata"]["namespace"]
     result = {"changed": True, "pod": name}

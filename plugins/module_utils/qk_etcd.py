@@ -22,9 +22,16 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    DEFAULT_CLIENT_PORT,
+    quorum_size,
+    tolerable_failures,
+)
+
 try:
     import grpc
     import grpc.aio
+    from etcd3aio.auth import AuthService
     from etcd3aio.cluster import ClusterService
     from etcd3aio.errors import EtcdError
     from etcd3aio.kv import KVService
@@ -36,7 +43,6 @@ except ImportError as exc:  # pragma: no cover - exercised only on a broken inst
     HAS_ETCD3AIO = False
     ETCD3AIO_IMPORT_ERROR = exc
 
-DEFAULT_TIMEOUT = 5.0
 # A snapshot streams faster than it is uploaded, so its reader waits for the upload; meanwhile
 # gRPC keeps accepting data up to the HTTP/2 flow-control window, which its bandwidth-delay
 # probing grows by tens of MiB on a fast link (measured). A fixed 4 MiB window bounds that and
@@ -94,19 +100,12 @@ def parse_member_id(value):
     return int(text, 16)
 
 
-def quorum_size(voters):
-    """Number of voting members that must agree for a cluster of ``voters`` voters."""
-    return voters // 2 + 1
-
-
 def quorum_summary(voting, healthy_voting):
-    required = quorum_size(voting) if voting else 0
     return {
         "voting": voting,
         "healthy_voting": healthy_voting,
-        "required": required,
-        # how many more voting members can fail before quorum is lost
-        "tolerable_failures": max(healthy_voting - required, 0) if voting else 0,
+        "required": quorum_size(voting) if voting else 0,
+        "tolerable_failures": tolerable_failures(healthy_voting, voting),
     }
 
 
@@ -202,7 +201,7 @@ def endpoint_target(url):
         raise ValueError(f"unsupported scheme in endpoint {url!r} (use http:// or https://)")
     if not parsed.hostname:
         raise ValueError(f"endpoint {url!r} has no host")
-    port = parsed.port or 2379
+    port = parsed.port or DEFAULT_CLIENT_PORT
     host = parsed.hostname
     if ":" in host:  # IPv6 literal
         host = f"[{host}]"
@@ -299,35 +298,28 @@ def _read_file(path):
 class EtcdClient:
     """Blocking facade over etcd3aio for one module run. Use as a context manager."""
 
-    def __init__(
-        self,
-        endpoints,
-        timeout=DEFAULT_TIMEOUT,
-        ca_cert=None,
-        client_cert=None,
-        client_key=None,
-    ):
+    def __init__(self, profile):
+        """Built by ``qk_connection.etcd_client(profile)``, which owns TLS and credentials."""
         if not HAS_ETCD3AIO:
             raise RuntimeError(f"etcd3aio is required: {ETCD3AIO_IMPORT_ERROR}")
-        if not endpoints:
+        if not profile.endpoints:
             raise ValueError("at least one endpoint is required")
-        if bool(client_cert) != bool(client_key):
-            raise ValueError("client_cert and client_key must be given together")
-        for ep in endpoints:
+        for ep in profile.endpoints:
             endpoint_target(ep)  # validate early
-        self.endpoints = [e.strip().rstrip("/") for e in endpoints]
-        self.timeout = float(timeout)
-        self.ca_cert_path = ca_cert
-        self.client_cert_path = client_cert
-        self.client_key_path = client_key
-        self._ca = _read_file(ca_cert)
-        self._cert = _read_file(client_cert)
-        self._key = _read_file(client_key)
+        self.profile = profile
+        self.endpoints = list(profile.endpoints)
+        self.timeout = profile.timeout
+        self._ca = _read_file(profile.ca_cert)
+        self._cert = _read_file(profile.client_cert)
+        self._key = _read_file(profile.client_key)
         self._loop = asyncio.new_event_loop()
         self._channels = {}
+        # The etcd user's token, asked for on the first call (None: no credentials).
+        self._token = None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self):
+        self._authenticate()
         return self
 
     def __exit__(self, *exc):
@@ -368,14 +360,47 @@ class EtcdClient:
             self._channels[(endpoint, extra_options)] = ch
         return ch
 
+    def _service(self, kind, channel):
+        service = kind(channel, max_attempts=1)
+        if self._token:
+            service.set_token(self._token)
+        return service
+
     def _cluster(self, endpoint):
-        return ClusterService(self._channel(endpoint), max_attempts=1)
+        return self._service(ClusterService, self._channel(endpoint))
 
     def _maint(self, endpoint):
-        return MaintenanceService(self._channel(endpoint), max_attempts=1)
+        return self._service(MaintenanceService, self._channel(endpoint))
 
     def _kv(self, endpoint):
-        return KVService(self._channel(endpoint), max_attempts=1)
+        return self._service(KVService, self._channel(endpoint))
+
+    def _authenticate(self):
+        """Get the etcd user's token from the first endpoint that answers (etcd hands one
+        token for the whole cluster); every service made afterwards sends it."""
+        if not self.profile.username or self._token:
+            return
+        errors = {}
+        for endpoint in self.endpoints:
+            try:
+                response = self._run(
+                    AuthService(self._channel(endpoint), max_attempts=1).authenticate(
+                        self.profile.username, self.profile.password, timeout=self.timeout
+                    )
+                )
+            except Exception as exc:  # noqa: BLE001 - the next endpoint may answer
+                detail = etcd_error_detail(exc)
+                if detail:  # etcd answered: wrong credentials, auth not enabled, ...
+                    raise EtcdOperationError(
+                        f"authenticating as {self.profile.username} via {endpoint} failed: "
+                        f"{detail}",
+                        exc,
+                    ) from exc
+                errors[endpoint] = describe_error(exc)
+                continue
+            self._token = response.token
+            return
+        raise EtcdUnreachable(self.endpoints, errors)
 
     # -- single endpoint async primitives ----------------------------------------------------
     async def _status(self, endpoint):
@@ -549,9 +574,9 @@ class EtcdClient:
         return None
 
     def _ssl_context(self):
-        ctx = ssl.create_default_context(cafile=self.ca_cert_path)
-        if self.client_cert_path:
-            ctx.load_cert_chain(self.client_cert_path, self.client_key_path)
+        ctx = ssl.create_default_context(cafile=self.profile.ca_cert)
+        if self.profile.client_cert:
+            ctx.load_cert_chain(self.profile.client_cert, self.profile.client_key)
         return ctx
 
     def http_get_json(self, url):
@@ -732,7 +757,7 @@ class EtcdClient:
         async def channel():  # grpc.aio binds a channel to the loop it is created in
             return self._channel(endpoint, SNAPSHOT_CHANNEL_OPTIONS)
 
-        maintenance = MaintenanceService(self._run(channel()), max_attempts=1)
+        maintenance = self._service(MaintenanceService, self._run(channel()))
         stream = maintenance.snapshot(timeout=timeout, max_attempts=1)
 
         async def batch():
@@ -812,24 +837,3 @@ def pick_new_leader(members, leader_id):
     ]
     candidates.sort(key=lambda m: m.get("raft_index") or 0, reverse=True)
     return candidates[0] if candidates else None
-
-
-def etcd_argument_spec():
-    """Connection options shared by the etcd modules."""
-    return {
-        "endpoints": {"type": "list", "elements": "str", "required": True},
-        "timeout": {"type": "float", "default": DEFAULT_TIMEOUT},
-        "ca_cert": {"type": "path"},
-        "client_cert": {"type": "path"},
-        "client_key": {"type": "path", "no_log": False},
-    }
-
-
-def client_from_params(params):
-    return EtcdClient(
-        params["endpoints"],
-        timeout=params["timeout"],
-        ca_cert=params.get("ca_cert"),
-        client_cert=params.get("client_cert"),
-        client_key=params.get("client_key"),
-    )

@@ -15,7 +15,7 @@ Pure functions (no Kubernetes calls), unit tested in tests/unit/test_helper_pods
 
 from __future__ import annotations
 
-import re
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import parse_version
 
 SNAPSHOT_DIR = "/snapshot"
 SNAPSHOT_FILE = "/snapshot/snapshot.db"
@@ -35,8 +35,6 @@ OBJECTSTORE_ENV = [{"name": "PYTHONPATH", "value": COLLECTIONS_DIR}]
 # Exit codes of ``qk_objectstore.py fetch``.
 FETCH_UNREADABLE = 2
 FETCH_SHA256_MISMATCH = 3
-
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
 def objectstore_command(*args):
@@ -111,14 +109,6 @@ def fetch_container(operator_image, object_url, sha256=None, credentials_secret=
         # What it printed on stderr becomes the termination message, where kubelets support it.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-
-
-def parse_version(version):
-    """``"3.5.17"`` or ``"v3.4"`` -> (3, 5, 17); ValueError when it is not a version."""
-    match = _VERSION.match(str(version or "").strip())
-    if not match:
-        raise ValueError(f"{version!r} is not an etcd version")
-    return tuple(int(part or 0) for part in match.groups())
 
 
 def etcd_tool(version):

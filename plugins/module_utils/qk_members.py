@@ -13,25 +13,37 @@ from __future__ import annotations
 import copy
 import math
 import re
-from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 
-CLUSTER_LABEL = "etcd.quorumkeeper.dev/cluster"
-PEER_LABEL = "etcd.quorumkeeper.dev/peer"
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    CLUSTER_GROUP_KIND,
+    CLUSTER_LABEL,
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_PEER_PORT,
+    DEFAULT_REPOSITORY,
+    PEER_LABEL,
+    ClusterNetwork,
+    claim_facts,
+    client_service_name,
+    data_lost,
+    image_reference,
+    member_labels,
+    seconds_between,
+)
+
 # ansible-operator maps changes of objects carrying these annotations to the named owner
 # (operator-lib's EnqueueRequestForAnnotation) without an ownerReference, so a PVC can wake its
 # EtcdCluster up when it is deleted and still never be garbage collected with it.
 PRIMARY_RESOURCE = "operator-sdk/primary-resource"
 PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
-CLUSTER_GROUP_KIND = "EtcdCluster.etcd.quorumkeeper.dev"
 
 DEFAULTS = {
-    "client_port": 2379,
-    "peer_port": 2380,
+    "client_port": DEFAULT_CLIENT_PORT,
+    "peer_port": DEFAULT_PEER_PORT,
     "data_dir": "/var/lib/etcd",
     "termination_grace_seconds": 30,
     "readiness_period_seconds": 1,
-    "default_repository": "quay.io/coreos/etcd",
+    "default_repository": DEFAULT_REPOSITORY,
     "default_storage": {
         "volumeClaimTemplate": {
             "accessModes": ["ReadWriteOnce"],
@@ -49,30 +61,6 @@ CRASH_PROBLEMS = {"CrashLoopBackOff"}
 # --------------------------------------------------------------------------------------------
 # Rendering
 # --------------------------------------------------------------------------------------------
-
-
-def member_labels(cluster, peer):
-    return {
-        "app.kubernetes.io/name": "etcd",
-        "app.kubernetes.io/instance": cluster,
-        "app.kubernetes.io/managed-by": "quorumkeeper",
-        CLUSTER_LABEL: cluster,
-        PEER_LABEL: peer,
-    }
-
-
-def client_service_name(cluster):
-    """The Service that balances clients over a cluster's ready members (and its Endpoints)."""
-    return f"{cluster}-client"
-
-
-def client_service_url(cluster, namespace, domain, port):
-    return f"http://{client_service_name(cluster)}.{namespace}.svc.{domain}:{port}"
-
-
-def member_client_url(peer, cluster, namespace, domain, port):
-    """A member's own client URL: its name under the cluster's headless Service."""
-    return f"http://{peer}.{cluster}.{namespace}.svc.{domain}:{port}"
 
 
 def cluster_annotations(cluster, namespace):
@@ -104,11 +92,6 @@ def gomaxprocs(cpu_limit):
     if cpu_limit is None or (isinstance(cpu_limit, str) and not cpu_limit.strip()):
         return None
     return max(1, math.floor(cpu_quantity(cpu_limit)))
-
-
-def etcd_image(version, repository):
-    version = str(version).strip()
-    return f"{repository}:v{version[1:] if version.startswith('v') else version}"
 
 
 def self_host(peer_name, spec):
@@ -165,26 +148,24 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
     settings = member_settings(settings)
     cluster = spec["clusterName"]
     host = self_host(peer_name, spec)
-    client_port, peer_port = settings["client_port"], settings["peer_port"]
+    network = ClusterNetwork.from_settings({**settings, "cluster": cluster, "namespace": namespace})
+    client_port, peer_port = network.client_port, network.peer_port
     state = spec["bootstrap"].get("initialClusterState", "New").lower()
-    initial = ",".join(
-        f"{e['name']}=http://{e['host']}:{peer_port}"
-        for e in spec["bootstrap"]["static"]["initialCluster"]
-    )
+    initial = network.initial_cluster(spec["bootstrap"]["static"]["initialCluster"])
     template = spec.get("podTemplate") or {}
     container = {
         "name": "etcd",
-        "image": etcd_image(
+        "image": image_reference(
             spec["version"], spec.get("repository") or settings["default_repository"]
         ),
         "command": ["/usr/local/bin/etcd"],
         "args": [
             f"--name={peer_name}",
             f"--data-dir={settings['data_dir']}/data",
-            f"--listen-peer-urls=http://0.0.0.0:{peer_port}",
-            f"--listen-client-urls=http://0.0.0.0:{client_port}",
-            f"--advertise-client-urls=http://{host}:{client_port}",
-            f"--initial-advertise-peer-urls=http://{host}:{peer_port}",
+            f"--listen-peer-urls={network.listen_peer_url()}",
+            f"--listen-client-urls={network.listen_client_url()}",
+            f"--advertise-client-urls={network.client_url(peer_name, host)}",
+            f"--initial-advertise-peer-urls={network.peer_url(peer_name, host)}",
             f"--initial-cluster={initial}",
             f"--initial-cluster-state={state}",
             f"--initial-cluster-token={cluster}",
@@ -271,10 +252,8 @@ def is_subset(wanted, actual):
 
 
 def age_seconds(timestamp, now=None):
-    if not timestamp:
-        return 0.0
-    then = datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    return max(0.0, ((now or datetime.now(UTC)) - then).total_seconds())
+    """Seconds since a Kubernetes timestamp (0 without one, never negative)."""
+    return max(0.0, seconds_between(timestamp, now) or 0.0)
 
 
 def summarize_pod(pod):
@@ -367,11 +346,7 @@ PVC_PENDING_GRACE_SECONDS = 60
 
 def claim_lost(pvc, recorded_uid):
     """The claim a member ran on (``recorded_uid``) is gone, replaced, or being deleted."""
-    return (
-        pvc is None
-        or pvc["metadata"]["uid"] != recorded_uid
-        or bool(pvc["metadata"].get("deletionTimestamp"))
-    )
+    return data_lost(recorded_uid, claim_facts(pvc))
 
 
 def read_member_claim(cached, direct, name, namespace, recorded_uid):
@@ -426,13 +401,15 @@ def summarize_pvc(pvc, now=None):
     return summary
 
 
-def render_services(cluster, namespace, client_port=2379, peer_port=2380):
+def render_services(
+    cluster, namespace, client_port=DEFAULT_CLIENT_PORT, peer_port=DEFAULT_PEER_PORT
+):
     """The headless Service (stable member DNS names) and the client Service of a cluster.
 
     The headless Service publishes not-ready addresses because members must find each other
     before any of them is ready; the client Service balances clients over ready members.
     """
-    labels = {k: v for k, v in member_labels(cluster, "").items() if k != PEER_LABEL}
+    labels = member_labels(cluster)
     selector = {CLUSTER_LABEL: cluster}
     return [
         {

@@ -7,12 +7,17 @@ from __future__ import annotations
 import base64
 import datetime
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_DOMAIN,
+    ClusterNetwork,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
     KubeError,
     direct_client,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import client_service_url
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     parse_object_url,
@@ -77,7 +82,7 @@ def _read_existing(api_version, kind, name, namespace, role, client=None):
 def check_cluster(name, namespace, client=None):
     """Fail with words when the EtcdCluster to back up does not exist or is being deleted."""
     cluster = _read_existing(
-        "etcd.quorumkeeper.dev/v1alpha1",
+        API_VERSION,
         "EtcdCluster",
         name,
         namespace,
@@ -112,7 +117,9 @@ def read_credentials(credentials, secret_name, namespace, client=None):
     return secret_data(secret)
 
 
-def plan_backup(backup, cluster_domain="cluster.local", client_port=2379, timestamp=None):
+def plan_backup(
+    backup, cluster_domain=DEFAULT_DOMAIN, client_port=DEFAULT_CLIENT_PORT, timestamp=None
+):
     """What an EtcdBackup asks for, from the object as stored: ``{phase, uid, source,
     endpoints, cluster_name, member_selection, object_url, credentials_secret, error}``.
 
@@ -135,7 +142,9 @@ def plan_backup(backup, cluster_domain="cluster.local", client_port=2379, timest
     if cluster:
         plan.update(
             source=f"EtcdCluster {cluster}",
-            endpoints=[client_service_url(cluster, namespace, cluster_domain, client_port)],
+            endpoints=[
+                ClusterNetwork(cluster, namespace, cluster_domain, client_port).client_service_url()
+            ],
             member_selection="follower",
         )
     else:
