@@ -1,10 +1,16 @@
 # Copyright: quorumkeeper contributors
 # SPDX-License-Identifier: Apache-2.0
-"""Jinja2 filters for the quorumkeeper roles (etcd names, URLs, images, versions, peer specs)."""
+"""Jinja2 filters over the etcd domain (module_utils/qk_domain.py): member URLs, names, images,
+versions and EtcdPeer specs, for the roles.
+
+Addresses take a ``network``: the role's ``<role>_network`` dict (cluster, namespace, domain,
+client_port, peer_port and schemes, built from the shared settings of the quorumkeeper_settings
+role), so that the URL etcd learns for a member is the one its pod advertises.
+"""
 
 from __future__ import annotations
 
-import re
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_domain
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -14,73 +20,60 @@ except ImportError:  # pragma: no cover - outside Ansible
         pass
 
 
-DEFAULT_DOMAIN = "cluster.local"
-DEFAULT_REPOSITORY = "quay.io/coreos/etcd"
-PEER_PORT = 2380
-CLIENT_PORT = 2379
+def _domain_rule(rule):
+    """``rule`` as a filter: the domain's ValueErrors become filter errors (the task says them)."""
+
+    def as_filter(*args, **kwargs):
+        try:
+            return rule(*args, **kwargs)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise AnsibleFilterError(f"{rule.__name__}: {exc}") from exc
+
+    as_filter.__name__ = rule.__name__
+    as_filter.__doc__ = rule.__doc__
+    return as_filter
 
 
-def _host(name, cluster, namespace, domain):
-    for label, value in (("name", name), ("cluster", cluster), ("namespace", namespace)):
-        if not value:
-            raise AnsibleFilterError(f"etcd URL filters need a non-empty {label}")
-    return f"{name}.{cluster}.{namespace}.svc.{domain or DEFAULT_DOMAIN}"
+def _network(network) -> qk_domain.ClusterNetwork:
+    if isinstance(network, qk_domain.ClusterNetwork):
+        return network
+    return qk_domain.ClusterNetwork.from_settings(dict(network))
 
 
-def etcd_peer_url(name, cluster, namespace, domain=DEFAULT_DOMAIN, scheme="http"):
-    """``http://<name>.<cluster>.<namespace>.svc.<domain>:2380``"""
-    return f"{scheme}://{_host(name, cluster, namespace, domain)}:{PEER_PORT}"
+@_domain_rule
+def etcd_peer_url(name, network):
+    """``http://<name>.<cluster>.<namespace>.svc.<domain>:<peer port>``"""
+    return _network(network).peer_url(name)
 
 
-def etcd_client_url(name, cluster, namespace, domain=DEFAULT_DOMAIN, scheme="http"):
-    """``http://<name>.<cluster>.<namespace>.svc.<domain>:2379``"""
-    return f"{scheme}://{_host(name, cluster, namespace, domain)}:{CLIENT_PORT}"
+@_domain_rule
+def etcd_client_url(name, network):
+    """``http://<name>.<cluster>.<namespace>.svc.<domain>:<client port>``"""
+    return _network(network).client_url(name)
 
 
-def etcd_initial_cluster(names, cluster, namespace, domain=DEFAULT_DOMAIN, scheme="http"):
+@_domain_rule
+def etcd_initial_cluster(names, network):
     """``n0=http://n0...:2380,n1=http://n1...:2380``"""
-    if isinstance(names, str):
-        names = [names]
-    return ",".join(f"{n}={etcd_peer_url(n, cluster, namespace, domain, scheme)}" for n in names)
+    return _network(network).initial_cluster([names] if isinstance(names, str) else names)
 
 
+@_domain_rule
 def etcd_ordinal(name):
-    """Trailing ordinal of a StatefulSet-style name: ``etcd-2`` -> 2."""
-    m = re.search(r"-(\d+)$", str(name))
-    if not m:
-        raise AnsibleFilterError(f"{name!r} does not end in -<ordinal>")
-    return int(m.group(1))
+    """Trailing ordinal of a member name: ``etcd-2`` -> 2."""
+    ordinal = qk_domain.ordinal_of(name)
+    if ordinal < 0:
+        raise ValueError(f"{name!r} does not end in -<ordinal>")
+    return ordinal
 
 
-def etcd_image(version, repository=DEFAULT_REPOSITORY):
+@_domain_rule
+def etcd_image(version, repository=None):
     """``<repository>:v<version>`` (a leading ``v`` on version is accepted)."""
-    v = str(version).strip()
-    if not v:
-        raise AnsibleFilterError("etcd_image needs a version")
-    if v.startswith("v"):
-        v = v[1:]
-    return f"{repository or DEFAULT_REPOSITORY}:v{v}"
+    return qk_domain.image_reference(version, repository)
 
 
-_VERSION = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(?:-([0-9A-Za-z.-]+))?(?:\+.*)?$")
-
-
-def _version_key(v):
-    m = _VERSION.match(str(v).strip())
-    if not m:
-        raise AnsibleFilterError(f"invalid etcd version {v!r}")
-    nums = tuple(int(x or 0) for x in m.group(1, 2, 3))
-    pre = m.group(4)
-    # a release sorts after its pre-releases
-    pre_key = (1, ()) if pre is None else (0, tuple(_pre_part(p) for p in pre.split(".")))
-    return nums, pre_key
-
-
-def _pre_part(p):
-    return (0, int(p), "") if p.isdigit() else (1, 0, p)
-
-
-_OPS = {
+_COMPARISONS = {
     "<": lambda c: c < 0,
     "lt": lambda c: c < 0,
     "<=": lambda c: c <= 0,
@@ -97,56 +90,49 @@ _OPS = {
 }
 
 
+@_domain_rule
 def etcd_version_compare(a, b, op=None):
     """Compare etcd versions (``3.5.9``, ``v3.6.0-rc.1``, ``3.5``).
 
     Without ``op`` returns -1, 0 or 1; with ``op`` (``<``, ``>=``, ``eq``, ...) returns a bool.
     """
-    ka, kb = _version_key(a), _version_key(b)
-    cmp = (ka > kb) - (ka < kb)
-    if op is None:
-        return cmp
-    if op not in _OPS:
-        raise AnsibleFilterError(f"unknown comparison {op!r}; use one of {sorted(_OPS)}")
-    return _OPS[op](cmp)
+    if op is not None and op not in _COMPARISONS:
+        raise ValueError(f"unknown comparison {op!r}; use one of {sorted(_COMPARISONS)}")
+    cmp = qk_domain.compare_versions(a, b)
+    return cmp if op is None else _COMPARISONS[op](cmp)
 
 
+@_domain_rule
 def etcd_minor(version):
     """``3.5.9`` -> ``3.5``."""
-    nums, _ = _version_key(version)
-    return f"{nums[0]}.{nums[1]}"
+    major, minor, _ = qk_domain.parse_version(version)
+    return f"{major}.{minor}"
 
 
+@_domain_rule
 def etcd_peer_spec(peer, cluster_spec, state, members, naming):
     """The spec of EtcdPeer ``peer`` of a cluster whose spec is ``cluster_spec``.
 
     ``state`` is ``New`` (an initial member) or ``Existing`` (joins a running cluster);
     ``members`` names the static initial cluster it starts with (itself included); ``naming``
-    is ``{cluster, namespace, domain, repository}`` (repository: used when the cluster sets
-    none, so that a peer keeps its image whatever the operator's default becomes later).
+    is the role's network (cluster, namespace, domain, ports) plus ``repository``: used when the
+    cluster sets none, so that a peer keeps its image whatever the operator's default becomes.
     """
     if state not in ("New", "Existing"):
-        raise AnsibleFilterError(f"initial cluster state {state!r} must be New or Existing")
+        raise ValueError(f"initial cluster state {state!r} must be New or Existing")
     if peer not in members:
-        raise AnsibleFilterError(f"the initial cluster of {peer} must include it: {members}")
+        raise ValueError(f"the initial cluster of {peer} must include it: {members}")
+    network = _network(naming)
     spec = {
-        "clusterName": naming["cluster"],
+        "clusterName": network.cluster,
         "version": cluster_spec["version"],
         "repository": cluster_spec.get("repository")
         or naming.get("repository")
-        or DEFAULT_REPOSITORY,
+        or qk_domain.DEFAULT_REPOSITORY,
         "bootstrap": {
             "initialClusterState": state,
             "static": {
-                "initialCluster": [
-                    {
-                        "name": n,
-                        "host": _host(
-                            n, naming["cluster"], naming["namespace"], naming.get("domain")
-                        ),
-                    }
-                    for n in members
-                ]
+                "initialCluster": [{"name": n, "host": network.member_host(n)} for n in members]
             },
         },
     }

@@ -22,20 +22,28 @@ from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import (
 REPO = Path(__file__).resolve().parents[2]
 
 
+NETWORK = {"cluster": "c", "namespace": "ns"}
+
+
 def test_urls():
-    assert etcd_peer_url("c-0", "c", "ns") == "http://c-0.c.ns.svc.cluster.local:2380"
-    assert etcd_client_url("c-0", "c", "ns") == "http://c-0.c.ns.svc.cluster.local:2379"
-    assert etcd_peer_url("c-0", "c", "ns", "example.org") == "http://c-0.c.ns.svc.example.org:2380"
-    assert etcd_client_url("c-0", "c", "ns", scheme="https").startswith("https://")
+    assert etcd_peer_url("c-0", NETWORK) == "http://c-0.c.ns.svc.cluster.local:2380"
+    assert etcd_client_url("c-0", NETWORK) == "http://c-0.c.ns.svc.cluster.local:2379"
+    other = dict(NETWORK, domain="example.org", client_port="12379", peer_port=12380)
+    assert etcd_peer_url("c-0", other) == "http://c-0.c.ns.svc.example.org:12380"
+    assert etcd_client_url("c-0", other) == "http://c-0.c.ns.svc.example.org:12379"
+    assert etcd_client_url("c-0", dict(NETWORK, client_scheme="https")).startswith("https://")
+    for bad in ({"cluster": "c"}, dict(NETWORK, peer_port=0), dict(NETWORK, peer_scheme="ftp")):
+        with pytest.raises(AnsibleFilterError):
+            etcd_peer_url("c-0", bad)
     with pytest.raises(AnsibleFilterError):
-        etcd_peer_url("", "c", "ns")
+        etcd_peer_url("", NETWORK)
 
 
 def test_initial_cluster():
-    assert etcd_initial_cluster(["c-0", "c-1"], "c", "ns") == (
+    assert etcd_initial_cluster(["c-0", "c-1"], NETWORK) == (
         "c-0=http://c-0.c.ns.svc.cluster.local:2380,c-1=http://c-1.c.ns.svc.cluster.local:2380"
     )
-    assert etcd_initial_cluster([], "c", "ns") == ""
+    assert etcd_initial_cluster([], NETWORK) == ""
 
 
 def test_ordinal():
@@ -136,7 +144,8 @@ def test_filters_through_ansible(tmp_path):
     """The plugin loads in Ansible as the project's ansible.cfg configures it and works in
     templates."""
     expr = (
-        "{{ ['e-0','e-1'] | etcd_initial_cluster('e', 'ns') }}|{{ 'e-1' | etcd_ordinal }}|"
+        "{{ ['e-0','e-1'] | etcd_initial_cluster({'cluster': 'e', 'namespace': 'ns'}) }}|"
+        "{{ 'e-1' | etcd_ordinal }}|"
         "{{ '3.6.16' | etcd_image('quay.io/coreos/etcd') }}|"
         "{{ '3.5.35' | etcd_version_compare('3.6.0', '<') }}"
     )

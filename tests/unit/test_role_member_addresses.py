@@ -1,0 +1,144 @@
+"""The addresses the etcdcluster role gives etcd are the ones its members' pods advertise, for
+any client and peer port: the role's own templates (add_member.yml, promote.yml, the endpoints
+in vars/main.yml) rendered by Ansible with the role's settings, against the pod that
+qk_members.render_replicaset makes of the EtcdPeer the same step creates.
+
+A port set in one place once reached the pods but not the member etcd learned (the filters
+always used 2380 and 2379): etcd then waits for a peer URL nobody serves."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
+    render_replicaset,
+)
+
+REPO = Path(__file__).resolve().parents[2]
+ROLE = REPO / "roles" / "etcdcluster"
+VARS_FILES = [
+    REPO / "roles" / "quorumkeeper_settings" / "defaults" / "main.yml",
+    ROLE / "defaults" / "main.yml",
+    ROLE / "vars" / "main.yml",
+]
+
+
+def _task(file, module):
+    for task in yaml.safe_load((ROLE / "tasks" / file).read_text()):
+        if module in task:
+            return task
+    raise AssertionError(f"no {module} task in {file}")
+
+
+def _render(tmp_path, templates: dict, extra_vars: dict, task_vars: dict) -> dict:
+    """Each template rendered by Ansible with the role's vars files, ``task_vars`` as the
+    task's vars and ``extra_vars`` as -e (as watches.yaml `vars` would set them)."""
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "vars_files": [str(f) for f in VARS_FILES if f.exists()],
+            "tasks": [
+                {
+                    "ansible.builtin.debug": {"msg": templates},
+                    "vars": task_vars,
+                }
+            ],
+        }
+    ]
+    playbook = tmp_path / "render.yml"
+    playbook.write_text(yaml.safe_dump(play))
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+        ANSIBLE_HOME=str(tmp_path),
+    )
+    out = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            str(playbook),
+            "-e",
+            json.dumps(extra_vars),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    try:
+        result = json.loads(out.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    except (ValueError, KeyError, IndexError) as exc:
+        raise AssertionError(f"ansible-playbook failed: {out.stdout[-3000:]}{out.stderr}") from exc
+    assert not result.get("failed"), result
+    return result["msg"]
+
+
+def _args(replicaset) -> dict:
+    (container,) = replicaset["spec"]["template"]["spec"]["containers"]
+    return dict(a.removeprefix("--").split("=", 1) for a in container["args"] if "=" in a)
+
+
+@pytest.mark.parametrize(("client_port", "peer_port"), [(2379, 2380), (12379, 12380)])
+def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_port):
+    add = _task("add_member.yml", "etcd_member")
+    create = _task("add_member.yml", "etcd_peer")
+    promote = _task("promote.yml", "etcd_member")
+    members = ["c-0", "c-1", "c-2", "c-3"]
+    settings = {"client_port": client_port, "peer_port": peer_port}
+    extra_vars = {
+        # The shared settings, and the role's own names for them before they were shared (so
+        # that the test says the same of the code before the change).
+        **{f"quorumkeeper_{k}": v for k, v in settings.items()},
+        **{f"etcdcluster_{k}": v for k, v in settings.items()},
+        "etcdcluster_name": "c",
+        "etcdcluster_namespace": "ns",
+        "etcdcluster_spec": {"replicas": 4, "version": "3.6.16"},
+        "etcdcluster_step": {"action": "add_member", "peer": "c-3"},
+        "etcdcluster_latest": {"peers": [{"name": n, "deleting": False} for n in members[:3]]},
+    }
+    rendered = _render(
+        tmp_path,
+        {
+            "added_peer_url": add["etcd_member"]["peer_urls"][0],
+            "promoted_peer_url": promote["etcd_member"]["peer_urls"][0],
+            "endpoints": "{{ etcdcluster_endpoints }}",
+            "spec": create["etcd_peer"]["spec"],
+            "settings": create["etcd_peer"]["settings"],
+        },
+        extra_vars,
+        {
+            **create.get("vars", {}),
+            "etcdcluster_added": {
+                "initial_cluster": ",".join(
+                    f"{n}=http://{n}.c.ns.svc.cluster.local:{peer_port}" for n in members
+                )
+            },
+        },
+    )
+    pod = _args(render_replicaset("c-3", "ns", rendered["spec"], rendered["settings"]))
+    assert rendered["added_peer_url"] == pod["initial-advertise-peer-urls"]
+    assert rendered["promoted_peer_url"] == pod["initial-advertise-peer-urls"]
+    assert pod["initial-advertise-peer-urls"].endswith(f":{peer_port}")
+    for name, endpoint in zip(members[:3], rendered["endpoints"], strict=True):
+        spec = dict(
+            rendered["spec"],
+            bootstrap={
+                "static": {
+                    "initialCluster": [{"name": name, "host": f"{name}.c.ns.svc.cluster.local"}]
+                }
+            },
+        )
+        advertised = _args(render_replicaset(name, "ns", spec, rendered["settings"]))
+        assert endpoint == advertised["advertise-client-urls"]
+        assert endpoint.endswith(f":{client_port}")
