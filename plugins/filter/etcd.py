@@ -4,7 +4,7 @@
 versions and EtcdPeer specs, for the roles.
 
 Addresses take a ``network``: the role's ``<role>_network`` dict (cluster, namespace, domain,
-client_port, peer_port and schemes, built from the shared settings of the quorumkeeper_settings
+client_port, peer_port and schemes, built from the shared settings of the quorumkeeper
 role), so that the URL etcd learns for a member is the one its pod advertises.
 """
 

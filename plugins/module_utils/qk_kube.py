@@ -27,6 +27,11 @@ import tempfile
 import urllib.parse
 from datetime import UTC, datetime
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    format_timestamp,
+)
+
 DEFAULT_TIMEOUT = 10.0
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Outside a cluster (``make run``, molecule) the real API server's kubeconfig, since
@@ -48,11 +53,10 @@ KNOWN_RESOURCES = {
     ("apps/v1", "ReplicaSet"): ("replicasets", True),
     ("batch/v1", "Job"): ("jobs", True),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
-    ("etcd.quorumkeeper.dev/v1alpha1", "EtcdCluster"): ("etcdclusters", True),
-    ("etcd.quorumkeeper.dev/v1alpha1", "EtcdPeer"): ("etcdpeers", True),
-    ("etcd.quorumkeeper.dev/v1alpha1", "EtcdBackup"): ("etcdbackups", True),
-    ("etcd.quorumkeeper.dev/v1alpha1", "EtcdBackupSchedule"): ("etcdbackupschedules", True),
-    ("etcd.quorumkeeper.dev/v1alpha1", "EtcdRestore"): ("etcdrestores", True),
+    **{
+        (API_VERSION, kind): (kind.lower() + "s", True)
+        for kind in ("EtcdCluster", "EtcdPeer", "EtcdBackup", "EtcdBackupSchedule", "EtcdRestore")
+    },
 }
 
 PATCH_TYPES = {
@@ -89,8 +93,7 @@ class KubeConfigError(Exception):
 
 
 def now_rfc3339(now=None):
-    now = now or datetime.now(UTC)
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_timestamp(now or datetime.now(UTC))
 
 
 def split_api_version(api_version):

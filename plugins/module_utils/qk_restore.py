@@ -31,6 +31,10 @@ from __future__ import annotations
 import copy
 import re
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_GROUP,
+    API_VERSION,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     FETCH_SHA256_MISMATCH,
     SNAPSHOT_FILE,
@@ -52,12 +56,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
-API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
 # On the EtcdCluster and the PVCs a restore creates (annotation), and on its pods (label).
-RESTORE_KEY = "etcd.quorumkeeper.dev/restore"
-RESTORE_PEER_LABEL = "etcd.quorumkeeper.dev/restore-peer"
+RESTORE_KEY = f"{API_GROUP}/restore"
+RESTORE_PEER_LABEL = f"{API_GROUP}/restore-peer"
 # On an EtcdCluster under automatic disaster recovery: the name of its in-place EtcdRestore.
-RECOVERY_KEY = "etcd.quorumkeeper.dev/recovery"
+RECOVERY_KEY = f"{API_GROUP}/recovery"
 
 # Failure reasons after which the restore is not tried again (the spec is immutable: the user
 # fixes the cause and creates a new EtcdRestore). Any other reason is tried again after the

@@ -30,15 +30,20 @@ import datetime
 import hashlib
 import math
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_GROUP,
+    API_VERSION,
+    TIMESTAMP_FORMAT,
+    parse_timestamp,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import (
     format_duration,
     parse_duration,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
-API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
-SCHEDULE_LABEL = "etcd.quorumkeeper.dev/schedule"
-SCHEDULED_TIME_ANNOTATION = "etcd.quorumkeeper.dev/scheduled-time"
+SCHEDULE_LABEL = f"{API_GROUP}/schedule"
+SCHEDULED_TIME_ANNOTATION = f"{API_GROUP}/scheduled-time"
 # Must equal the CRD's default: long enough for an operator restart, and for a running backup
 # to finish (a snapshot may take etcdbackup_snapshot_timeout, 600 s) before the run it delays is
 # given up; short enough that a run missed in a longer outage does not start at an hour nobody
@@ -75,16 +80,13 @@ def parse_time(text):
     if not text:
         return None
     try:
-        value = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        return parse_timestamp(text)
     except ValueError:
         return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
 
 
 def format_time(value):
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if value else None
+    return value.astimezone(UTC).strftime(TIMESTAMP_FORMAT) if value else None
 
 
 def _whole_seconds(value):

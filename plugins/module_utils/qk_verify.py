@@ -26,6 +26,12 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_GROUP,
+    API_VERSION,
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_PEER_PORT,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     FETCH_SHA256_MISMATCH,
     FETCH_UNREADABLE,
@@ -36,12 +42,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods i
     snapshot_volumes,
 )
 
-API_VERSION = "etcd.quorumkeeper.dev/v1alpha1"
-BACKUP_LABEL = "etcd.quorumkeeper.dev/backup"
+BACKUP_LABEL = f"{API_GROUP}/backup"
 SCRATCH_DIR = "/scratch"
 DATA_DIR = "/scratch/data"
 MEMBER_NAME = "verify"
-PEER_URL = "http://127.0.0.1:2380"
+PEER_URL = f"http://127.0.0.1:{DEFAULT_PEER_PORT}"
 
 # Integrity failures: the stored snapshot is bad and stays bad; never tried again.
 FINAL_REASONS = {
@@ -90,7 +95,7 @@ def owner_reference(backup):
     }
 
 
-def render_pod(backup, operator_image, etcd_image, client_port=2379, resources=None):
+def render_pod(backup, operator_image, etcd_image, client_port=DEFAULT_CLIENT_PORT, resources=None):
     """The verification pod of a Completed EtcdBackup (see the module docstring)."""
     meta, status = backup["metadata"], backup.get("status") or {}
     destination = (backup.get("spec") or {}).get("destination") or {}

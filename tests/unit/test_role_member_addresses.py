@@ -23,7 +23,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "etcdcluster"
 VARS_FILES = [
-    REPO / "roles" / "quorumkeeper_settings" / "defaults" / "main.yml",
+    REPO / "roles" / "quorumkeeper" / "defaults" / "main.yml",
     ROLE / "defaults" / "main.yml",
     ROLE / "vars" / "main.yml",
 ]
