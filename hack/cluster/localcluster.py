@@ -11,7 +11,7 @@ Components: an etcd for the control plane, kube-apiserver (RBAC + Node authorize
 tokens), kube-controller-manager, kube-scheduler, kube-proxy (iptables mode, ClusterIPs), CoreDNS
 (cluster.local), one node agent per node (pods as host processes in their own network and mount
 namespaces) and the local-path volume provisioner. Binaries come from `hack/toolchain/install.py`
-(see its manifest). Addresses: see docs/architecture.md.
+(see its manifest). Addresses: see docs/local-cluster.md.
 """
 
 from __future__ import annotations
@@ -272,7 +272,7 @@ exec "$@"
 
 
 def image_map(tools: dict, operator_root: Path, minio_entrypoint: Path | None = None) -> dict:
-    """Image references -> host directories, for the node agents (see docs/architecture.md)."""
+    """Image references -> host directories, for the node agents (see docs/local-cluster.md)."""
     base_path = "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin"
     images = []
     for version, directory in sorted(tools["etcd"].items()):
