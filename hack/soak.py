@@ -9,8 +9,9 @@ linearizability check of that history and a read-back of every acknowledged writ
 Runs against $KUBECONFIG (default: the local cluster's); on the local cluster it first deploys
 the operator from this working tree (--no-deploy to use the one running). Each run gets its own
 namespace, deleted afterwards when the soak passed (--keep-namespace keeps it). The report is
-JSON (see docs/testing-and-benchmarks.md, "Chaos soak"); on failure the history, its visualization, the Events and the
-operator's log are written next to it. Exit status 0 when the soak passed, 1 when not.
+JSON (see docs/testing-and-benchmarks.md, "Chaos soak"); on failure the history, its
+visualization, the Events and the operator's log are written next to it. Exit status 0 when
+the soak passed, 1 when not.
 """
 
 from __future__ import annotations

@@ -14,7 +14,12 @@ waits while a member is down or restarting (an upgrade, a replacement).
 
 from __future__ import annotations
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import CLUSTER_LABEL
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    CLUSTER_KIND,
+    CLUSTER_LABEL,
+    member_labels,
+    tolerable_failures,
+)
 
 PDB_API_VERSION = "policy/v1"
 
@@ -35,7 +40,8 @@ def max_unavailable(voters, replicas):
     voters = replicas if voters is None else int(voters)
     if voters <= 1:
         return 1
-    return (min(voters, replicas) - 1) // 2
+    members = min(voters, replicas)
+    return tolerable_failures(members, members)
 
 
 def pdb_name(cluster):
@@ -54,16 +60,11 @@ def render_pdb(cluster, namespace, unavailable, owner_uid, api_version):
         "metadata": {
             "name": pdb_name(cluster),
             "namespace": namespace,
-            "labels": {
-                "app.kubernetes.io/name": "etcd",
-                "app.kubernetes.io/instance": cluster,
-                "app.kubernetes.io/managed-by": "quorumkeeper",
-                CLUSTER_LABEL: cluster,
-            },
+            "labels": member_labels(cluster),
             "ownerReferences": [
                 {
                     "apiVersion": api_version,
-                    "kind": "EtcdCluster",
+                    "kind": CLUSTER_KIND,
                     "name": cluster,
                     "uid": owner_uid,
                     "controller": True,

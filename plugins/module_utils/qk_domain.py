@@ -287,3 +287,22 @@ def seconds_between(then: str | None, now: str | datetime | None = None) -> floa
     elif isinstance(now, str):
         now = parse_timestamp(now)
     return (now - parse_timestamp(then)).total_seconds()
+
+
+# --------------------------------------------------------------------------------------------
+# Members as etcd lists them
+# --------------------------------------------------------------------------------------------
+
+
+def member_peer_name(member: dict, cluster: str) -> str:
+    """The name of the EtcdPeer behind an entry of etcd's member list: its etcd name, or for a
+    learner that has not started yet (etcd knows no name for it) the first label of the host of
+    its peer URL; "" when neither says."""
+    if member.get("name"):
+        return member["name"]
+    for url in member.get("peer_urls", []):
+        host = url.split("://", 1)[-1].split(":", 1)[0]
+        first_label = host.split(".", 1)[0]
+        if first_label.startswith(f"{cluster}-"):
+            return first_label
+    return ""

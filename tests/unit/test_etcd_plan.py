@@ -6,13 +6,14 @@ from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "etcd_plan", Path(__file__).resolve().parents[2] / "plugins" / "filter" / "etcd_plan.py"
+# The planner's member names (ordinal_of) are qk_domain's.
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_domain as etcd_plan
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
+    etcd_cluster_plan as plan,
 )
-etcd_plan = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(etcd_plan)
-plan = etcd_plan.etcd_cluster_plan
-report = etcd_plan.etcd_cluster_report
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_report import (
+    etcd_cluster_report as report,
+)
 
 CLUSTER = "c"
 

@@ -3,11 +3,11 @@ it observes, and the objects a restore creates."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import etcd_peer_member
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_plan as etcd_plan
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import render_replicaset
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     FINAL_REASONS,
@@ -23,12 +23,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore impor
     summarize_restore_pod,
     target_claims,
 )
-
-_spec = importlib.util.spec_from_file_location(
-    "etcd_plan", Path(__file__).resolve().parents[2] / "plugins" / "filter" / "etcd_plan.py"
-)
-etcd_plan = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(etcd_plan)
 
 UID = "0d3c5e2a-1111-2222-3333-444455556666"
 NS = "ns"

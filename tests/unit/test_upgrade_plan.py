@@ -1,31 +1,20 @@
 """Rolling upgrades in the EtcdCluster planner (a change of spec.version), their status and
 Events, and the PodDisruptionBudget the role keeps."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.filter import etcd_disruption
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import (
     max_unavailable,
     pdb_differs,
     render_pdb,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
+    etcd_cluster_plan as plan,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_report import (
+    etcd_cluster_report as report,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_upgrade import restart_plan
-
-FILTERS = Path(__file__).resolve().parents[2] / "plugins" / "filter"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, FILTERS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-etcd_plan = _load("etcd_plan")
-etcd_disruption = _load("etcd_disruption")
-plan = etcd_plan.etcd_cluster_plan
-report = etcd_plan.etcd_cluster_report
 
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"

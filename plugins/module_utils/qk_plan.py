@@ -1,0 +1,142 @@
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+"""Decide the next step for an EtcdCluster: ``etcd_cluster_plan`` and its ordered RULES.
+
+The etcdcluster role observes (etcd_cluster_observe: EtcdPeers, their pods and claims, the
+Services, etcd's member list and health), asks ``etcd_cluster_plan`` for one step, performs it,
+and writes what ``etcd_cluster_report`` (qk_report) says. One step per reconcile keeps every
+membership change quorum-safe and makes the operator restart-safe: whatever it was doing when it
+was killed, the next reconcile re-observes and picks the step again.
+
+The planner is a pure function of the observation: the rules read a private copy of it
+(qk_plan_step.PlanContext) and return a Step or None; the first rule, in the order of RULES,
+that returns a step decides. Rules, in priority order (the action they return in brackets):
+
+- repair_members [repair_members]: peers whose ReplicaSet is gone (deleted by hand, or an
+  interrupted reconcile): recreate it; the member's data is untouched.
+- recovery_under_way [hand_over_members, force_new_cluster, finish_force_new_cluster, wait]: a
+  disaster recovery (see quorum_lost) started earlier: finish it before anything else.
+- rolling_upgrade [upgrade_member, wait] (a change of spec.version, qk_plan_upgrade): a member
+  restarted on the new version is waited for (or the upgrade stops at it: UpgradeFailed) before
+  anything else; the next member is upgraded only when every member is healthy, caught up,
+  without alarm, and no other change is due (a scale or replacement goes first, on the version
+  the members run).
+
+No member answers:
+- data_lost_unanswered [wait, force_new_cluster, restore_from_backup]: members of the formed
+  cluster lost their data: they count as lost even when none answers, and without a quorum of
+  survivors waiting cannot help (the quorum diagnosis below; a formed cluster is never
+  bootstrapped again).
+- update_peers [update_peers]: a cluster that never formed because its pods cannot pull their
+  image, whose version or repository was corrected since: point its peers at the corrected
+  image.
+- bootstrap [bootstrap, wait]: the peers (if any) all belong to the initial bootstrap: create the
+  missing initial peers with the same static initial cluster, then wait for them to form a
+  quorum.
+- cluster_unreachable [wait]: a formed cluster of which no member answers: no change is made
+  without a quorum.
+
+etcd answers:
+- create_peer [create_peer]: etcd has a member (a learner we added) with no EtcdPeer: the
+  operator was interrupted between adding the member and creating its peer.
+- quorum_lost [wait, force_new_cluster, restore_from_backup] (qk_plan_recovery): no healthy
+  quorum. The message says whether waiting helps (members down, data intact) or not (a majority
+  lost its data: which member still holds data, and the backup to restore from). Automatic
+  disaster recovery (spec.disasterRecovery, opt-in) acts only when a majority of the voting
+  members lost its data (their PVCs are gone) so that the others can never form a quorum, and
+  only after that lasted delaySeconds. With a survivor: the one with the highest raft index
+  restarts with --force-new-cluster (``finish_force_new_cluster`` restarts it without the flag
+  once it runs alone), then the ordinary steps replace the others. Without: an in-place
+  EtcdRestore of the newest verified backup, to which ``hand_over_members`` gives the cluster
+  (its data-less peers are deleted); the bootstrap step then starts the members on the restored
+  volumes.
+
+With a healthy quorum (the rules below return None without one):
+- replace_member [replace_member, wait]: a peer whose data is gone (its claim was lost) or whose
+  member was removed from etcd behind our back: remove the member (if still listed) and the
+  peer; it is re-added. Waits (ReplacementUnsafe) when the removal would lose the quorum.
+- unhealthy_members [wait]: nothing changes while a voting member is unhealthy.
+- promote [promote, wait]: a started learner: promote it once it has caught up (a learner still
+  starting is waited for).
+- add_member [add_member]: fewer voting members than spec.replicas: add the lowest free ordinal
+  as a learner, start it and promote it when it has caught up.
+- remove_member [remove_member]: more members than spec.replicas: remove the highest ordinal
+  (leader moved first).
+- replace_stale_peer [replace_member]: a peer that never became a member (its learner was
+  removed before it started): recreate it.
+- cluster_ready [none]: the cluster matches its spec.
+
+A step whose result shows only later (pods starting) says ``observe_after: False``: observing
+right after it would only cost time. Every step says when the next reconcile should come
+(``requeue``): ``next`` (a following step can be taken at once), ``event`` (a watched change
+will come: a pod becoming ready; the period is only a fallback), ``poll`` (something no event
+announces, etcd answering, is checked soon), ``degraded`` (waiting for something outside the
+operator), ``steady``, or a countdown (``"42s"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_membership import (
+    add_member,
+    bootstrap,
+    cluster_ready,
+    create_peer,
+    promote,
+    remove_member,
+    repair_members,
+    replace_member,
+    replace_stale_peer,
+    unhealthy_members,
+    update_peers,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_recovery import (
+    cluster_unreachable,
+    data_lost_unanswered,
+    quorum_lost,
+    recovery_under_way,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
+    PlanContext,
+    Rule,
+    Step,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
+    rolling_upgrade,
+)
+
+# The order is the priority (see the module doc); cluster_ready always decides.
+RULES: tuple[Rule, ...] = (
+    repair_members,
+    recovery_under_way,
+    rolling_upgrade,
+    # No member answers.
+    data_lost_unanswered,
+    update_peers,
+    bootstrap,
+    cluster_unreachable,
+    # etcd answers.
+    create_peer,
+    quorum_lost,
+    # A healthy quorum.
+    replace_member,
+    unhealthy_members,
+    promote,
+    add_member,
+    remove_member,
+    replace_stale_peer,
+    cluster_ready,
+)
+
+
+def etcd_cluster_plan(observed: Mapping) -> Step:
+    """The next step. observed: etcd_cluster_observe's result {cluster, peers, pvcs, pods,
+    replicasets, etcd, backups, recovery_restore} with the role's context {replicas, version,
+    repository, upgrade, disaster_recovery, current, now}; it is not modified."""
+    context = PlanContext.from_observed(observed)
+    for rule in RULES:
+        step = rule(context)
+        if step is not None:
+            return step
+    raise AssertionError("cluster_ready, the last rule, always decides")

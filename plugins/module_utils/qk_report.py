@@ -1,0 +1,357 @@
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The status that tells the truth about an EtcdCluster after a round: ``etcd_cluster_report``
+(the cluster's status and conditions, the EtcdPeers' statuses that changed, the Events to
+record and when to look again), from the observation and the step qk_plan chose.
+
+Steps announce themselves before they are taken (roles/etcdcluster/tasks/converge.yml); the
+Events here are the changes found: a new problem, a member restarted or moved to a new pod, a
+member on another version.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    CLUSTER_LABEL,
+    data_lost,
+    member_peer_name,
+    ordinal_of,
+    version_or_none,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
+    PLACEHOLDER_CLUSTER_VERSION,
+)
+
+# The reasons of steps that wait for something a person may have to do: the cluster is
+# Degraded while one of them is the step.
+PROBLEM_REASONS = {
+    "QuorumLost",
+    "RecoveryFailed",
+    "ClusterUnreachable",
+    "MembersUnhealthy",
+    "ReplacementUnsafe",
+    "StepFailed",
+    "UpgradeFailed",
+    "UpgradeRefused",
+    "AlarmActive",
+}
+MISSING_POD_GRACE_SECONDS = 30
+# A cluster version etcd has decided (it says ``not_decided`` before).
+DECIDED_CLUSTER_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
+
+
+def etcd_cluster_report(observed: dict, step: dict) -> dict:
+    """What to write and say after a reconcile: the EtcdCluster's status and conditions, the
+    EtcdPeers' statuses that changed, and the Events to record.
+
+    observed also carries ``current`` (the EtcdCluster's status as the reconcile started) so
+    that Events are emitted for changes only.
+    """
+    cluster = observed["cluster"]
+    info = observed.get("etcd") or {}
+    current = observed.get("current") or {}
+    pods = observed.get("pods") or {}
+    pvcs = observed.get("pvcs") or {}
+    peers = [p for p in observed.get("peers", []) if not p.get("deleting")]
+    members = info.get("members", []) if info.get("reachable") else []
+    by_peer = {member_peer_name(m, cluster): m for m in members}
+    member_statuses = sorted(
+        (_member_status(m, cluster, pods) for m in members), key=lambda m: ordinal_of(m["name"])
+    )
+    leader = next((m for m in members if m.get("is_leader")), None)
+    healthy_voters = [
+        m for m in member_statuses if m["healthy"] and m["podReady"] and not m["isLearner"]
+    ]
+    peer_names = {p["name"] for p in peers}
+    problems = _problems(observed)
+    available = bool(
+        info.get("healthy")
+        and members
+        and all(m["healthy"] and m["podReady"] and not m["isLearner"] for m in member_statuses)
+        and peer_names <= set(by_peer)
+    )
+    progressing = step["action"] != "none" or not available
+    degraded = step["reason"] in PROBLEM_REASONS or bool(problems)
+    if problems and step["reason"] not in PROBLEM_REASONS:
+        degraded_reason = problems[0]["reason"]
+        degraded_message = "; ".join(p["message"] for p in problems)
+    else:
+        degraded_reason, degraded_message = step["reason"], step["message"]
+    if available:
+        available_reason = "AllMembersHealthy"
+        available_message = (
+            f"{len(healthy_voters)} of {len(members)} members healthy, leader "
+            f"{leader.get('name') if leader else 'unknown'}"
+        )
+    elif info.get("healthy"):
+        down = [m["name"] for m in member_statuses if not (m["healthy"] and m["podReady"])]
+        available_reason = "MembersUnhealthy" if down else step["reason"]
+        available_message = (
+            f"etcd has quorum but members are not healthy: {', '.join(down)}"
+            if down
+            else step["message"]
+        )
+    else:
+        available_reason, available_message = step["reason"], step["message"]
+    if step["action"] == "none" and not available:
+        progressing_reason, progressing_message = available_reason, available_message
+    else:
+        progressing_reason, progressing_message = step["reason"], step["message"]
+    conditions = [
+        {
+            "type": "Available",
+            "status": str(available),
+            "reason": available_reason,
+            "message": available_message,
+        },
+        {
+            "type": "Progressing",
+            "status": str(progressing),
+            "reason": progressing_reason,
+            "message": progressing_message,
+        },
+        {
+            "type": "Degraded",
+            "status": str(degraded),
+            "reason": degraded_reason if degraded else "NoProblems",
+            "message": degraded_message if degraded else "no problem observed",
+        },
+    ]
+    phase = "Degraded" if degraded else "Available" if available else "Progressing"
+    status = {
+        "replicas": len(peers),
+        "readyReplicas": len(healthy_voters),
+        "selector": f"{CLUSTER_LABEL}={cluster}",
+        "phase": phase,
+        "members": member_statuses,
+        "leader": leader.get("name", "") if leader else "",
+    }
+    version = _cluster_version(info, current.get("clusterVersion") or "")
+    if version:
+        status["clusterVersion"] = version
+    status["recovery"] = _recovery_status(observed, current, step)
+
+    peer_statuses = []
+    for peer in peers:
+        wanted = _peer_status(
+            peer,
+            by_peer.get(peer["name"]),
+            pods.get(peer["name"]),
+            data_lost(peer.get("pvc_uid"), pvcs.get(peer["name"])),
+        )
+        if _peer_status_changed(peer, wanted):
+            peer_statuses.append(wanted)
+
+    # Steps announce themselves before they are taken; these are the changes found.
+    events = []
+    current_degraded = next(
+        (c for c in current.get("conditions") or [] if c.get("type") == "Degraded"), {}
+    )
+    if degraded and current_degraded.get("message") != degraded_message:
+        events.append({"reason": degraded_reason, "type": "Warning", "message": degraded_message})
+    upgrading = _upgrading_members(observed, member_statuses)
+    events += _restart_events(
+        current.get("members"), [m for m in member_statuses if m["name"] not in upgrading]
+    )
+    events += _upgrade_events(observed, member_statuses)
+    requeue = step["requeue"]
+    if problems and requeue != "next":
+        requeue = "degraded"
+    elif step["action"] == "none" and (not available or not version):
+        # Not there yet: a member's pod becoming ready wakes the cluster up; the cluster
+        # version is decided by etcd a moment after the members are up, without an event.
+        requeue = "event"
+    return {
+        "status": status,
+        "conditions": conditions,
+        "peer_statuses": peer_statuses,
+        "events": events,
+        "requeue": requeue,
+    }
+
+
+def _problems(observed: dict) -> list[dict]:
+    """Pod and volume problems that need a person: [{peer, reason, message}] by ordinal."""
+    found = []
+    pods, pvcs = observed.get("pods") or {}, observed.get("pvcs") or {}
+    replicasets = observed.get("replicasets") or {}
+    for peer in observed.get("peers", []):
+        name = peer["name"]
+        if peer.get("deleting"):
+            continue
+        for source in (pods.get(name), pvcs.get(name)):
+            if source and source.get("problem"):
+                found.append({"peer": name, **source["problem"]})
+        if pods.get(name) is None and peer.get("age", 0) >= MISSING_POD_GRACE_SECONDS:
+            replicaset = replicasets.get(name) or {}
+            why = (
+                f"its ReplicaSet cannot create it: {replicaset['failure']}"
+                if replicaset.get("failure")
+                else "its ReplicaSet is missing; see the EtcdPeer's reconcile in the operator log"
+                if not replicaset.get("exists")
+                else "see kubectl describe replicaset " + name
+            )
+            found.append(
+                {
+                    "peer": name,
+                    "reason": "MemberPodMissing",
+                    "message": f"member {name} has no pod: {why}",
+                }
+            )
+    return found
+
+
+def _cluster_version(info: dict, previous: str) -> str:
+    """etcd's cluster version, or the last known one while etcd has not decided it (it says
+    ``not_decided``, or ``3.0.0`` for a moment after a cluster forms)."""
+    version = info.get("cluster_version") or ""
+    if not DECIDED_CLUSTER_VERSION.match(version):
+        return previous
+    if version == PLACEHOLDER_CLUSTER_VERSION:
+        started = [m.get("version") for m in info.get("members", []) if m.get("version")]
+        if any(not v.startswith("3.0.") for v in started):
+            return previous
+    return version
+
+
+def _member_status(member: dict, cluster: str, pods: dict) -> dict:
+    name = member_peer_name(member, cluster)
+    pod = pods.get(name) or {}
+    return {
+        "name": name,
+        "id": member.get("id"),
+        "isLearner": bool(member.get("is_learner")),
+        "isLeader": bool(member.get("is_leader")),
+        "version": member.get("version") or "",
+        "healthy": bool(member.get("healthy")),
+        "pod": pod.get("name", ""),
+        "podReady": bool(pod.get("ready")),
+        "restarts": int(pod.get("restarts") or 0),
+    }
+
+
+def _peer_status(peer: dict, member: dict | None, pod: dict | None, lost: bool) -> dict:
+    pod = pod or {}
+    ready = bool(pod.get("ready")) and not lost
+    status = {"ready": ready, "podName": pod.get("name", "")}
+    if member and member.get("id"):
+        status["memberID"] = member["id"]
+    if member and member.get("version"):
+        status["serverVersion"] = member["version"]
+    if ready:
+        ready_reason, ready_message = "PodReady", f"pod {pod['name']} is ready"
+    elif pod.get("problem"):
+        ready_reason, ready_message = pod["problem"]["reason"], pod["problem"]["message"]
+    else:
+        ready_reason = "PodNotReady"
+        ready_message = f"pod {pod['name']} is not ready" if pod else "the member has no pod"
+    conditions = [
+        {"type": "Ready", "status": str(ready), "reason": ready_reason, "message": ready_message},
+        {
+            "type": "DataLost",
+            "status": str(lost),
+            "reason": "PersistentVolumeClaimGone" if lost else "PersistentVolumeClaimBound",
+            "message": (
+                f"PVC {peer['name']} that held this member's data is gone; the cluster will "
+                "replace the member"
+                if lost
+                else "the member runs on its PVC"
+            ),
+        },
+    ]
+    return {"name": peer["name"], "status": status, "conditions": conditions}
+
+
+def _peer_status_changed(peer: dict, wanted: dict) -> bool:
+    current = peer.get("status") or {}
+    if any(current.get(k) != v for k, v in wanted["status"].items()):
+        return True
+    by_type = {c.get("type"): c for c in current.get("conditions") or []}
+    return any(
+        {k: by_type.get(c["type"], {}).get(k) for k in ("status", "reason", "message")}
+        != {k: c[k] for k in ("status", "reason", "message")}
+        for c in wanted["conditions"]
+    )
+
+
+def _restart_events(current_members: list[dict], members: list[dict]) -> list[dict]:
+    before = {m.get("name"): m for m in current_members or []}
+    events = []
+    for member in members:
+        old = before.get(member["name"])
+        if not old or not member["pod"]:
+            continue
+        if old.get("pod") and old["pod"] != member["pod"]:
+            events.append(
+                {
+                    "reason": "MemberPodReplaced",
+                    "type": "Warning",
+                    "message": f"member {member['name']} runs in a new pod {member['pod']} "
+                    f"(was {old['pod']}); it keeps its data and identity",
+                }
+            )
+        elif member["restarts"] > int(old.get("restarts") or 0):
+            events.append(
+                {
+                    "reason": "MemberRestarted",
+                    "type": "Warning",
+                    "message": f"etcd in member {member['name']} (pod {member['pod']}) restarted "
+                    f"({member['restarts']} restarts); it rejoins with its data",
+                }
+            )
+    return events
+
+
+def _recovery_status(observed: dict, current: dict, step: dict) -> dict:
+    """status.recovery: since when a majority has been without its data (the disaster recovery
+    delay counts from there; null deletes it once that is over) and the last recovery."""
+    recorded = current.get("recovery") or {}
+    unrecoverable = (step.get("quorum_lost") or {}).get("unrecoverable")
+    since = (recorded.get("quorumLossSince") or observed.get("now")) if unrecoverable else None
+    recovery = {"quorumLossSince": since}
+    if step.get("recovery") and step["action"] != "wait":
+        recovery["last"] = step["recovery"]
+    return recovery
+
+
+def _upgrade_events(observed: dict, members: list[dict]) -> list[dict]:
+    """An Event for each member found on another version than it last reported."""
+    current = {m.get("name"): m for m in (observed.get("current") or {}).get("members") or []}
+    peers = {p["name"]: p for p in observed.get("peers", [])}
+    target = str(observed.get("version") or "")
+    on_target = sum(1 for m in members if m["version"] == target and m["healthy"])
+    events = []
+    for member in members:
+        before = ((peers.get(member["name"]) or {}).get("status") or {}).get("serverVersion")
+        now = member["version"]
+        if (
+            not (before and now and before != now)
+            or current.get(member["name"], {}).get("version") == now
+        ):
+            continue
+        higher = (version_or_none(now) or ()) > (version_or_none(before) or ())
+        events.append(
+            {
+                "reason": "MemberUpgraded" if higher else "MemberDowngraded",
+                "type": "Normal",
+                "message": f"member {member['name']} runs etcd {now} (was {before}), with its "
+                f"data and member ID {member['id']}; {on_target} of {len(members)} members on "
+                f"{target}",
+            }
+        )
+    return events
+
+
+def _upgrading_members(observed: dict, members: list[dict]) -> set[str]:
+    """Members whose peer was moved to another version than they last reported, or that now
+    report another one: their pod was replaced on purpose (the upgrade's own Events say so,
+    not MemberPodReplaced)."""
+    now = {m["name"]: m["version"] for m in members}
+    return {
+        p["name"]
+        for p in observed.get("peers", [])
+        for last in [(p.get("status") or {}).get("serverVersion")]
+        if last and (last != p.get("version") or now.get(p["name"]) not in ("", None, last))
+    }
