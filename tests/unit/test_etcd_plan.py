@@ -5,9 +5,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
-# The planner's member names (ordinal_of) are qk_domain's.
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_domain as etcd_plan
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ordinal_of
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
     etcd_cluster_plan as plan,
 )
@@ -215,7 +213,7 @@ def test_interrupted_scale_down_finishes_by_deleting_the_removed_peer():
     ("name", "ordinal"), [("c-0", 0), ("my-cluster-12", 12), ("nohyphen", -1), ("", -1)]
 )
 def test_ordinal_of(name, ordinal):
-    assert etcd_plan.ordinal_of(name) == ordinal
+    assert ordinal_of(name) == ordinal
 
 
 # -- report -------------------------------------------------------------------------------------
