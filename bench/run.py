@@ -674,11 +674,9 @@ def profile_once(pid: int, label: str, action, settle) -> dict:
     }
 
 
-def bench_profile(kube: Kube, runs: int) -> None:
-    deploy_operator(kube)
-    pid = operator_pid()
-    driver = new_driver(kube)
-    profiles = [
+def profile_rounds(pid: int, driver) -> list[dict]:
+    """One round of the profiled operations, on a cluster it creates (and leaves)."""
+    return [
         profile_once(pid, "create 3", lambda: driver.create(3), lambda: driver.wait_available(3)),
         profile_once(
             pid,
@@ -705,18 +703,71 @@ def bench_profile(kube: Kube, runs: int) -> None:
             lambda: time.sleep(3) or driver.wait_available(3),
         ),
     ]
-    drop_namespace(kube, driver.namespace)
+
+
+def profile_medians(rounds: list[list[dict]]) -> list[dict]:
+    """Per operation: the median CPU seconds, wall time, reconciles, tasks and module runs (per
+    reconcile of each kind, over every reconcile of every round)."""
+    summary = []
+    for i, first in enumerate(rounds[0]):
+        samples = [r[i] for r in rounds]
+        kinds = {kind for s in samples for kind in s["reconciles"]}
+        summary.append(
+            {
+                "operation": first["operation"],
+                "runs": len(samples),
+                "cpu_seconds_total": round(
+                    statistics.median(s["cpu_seconds_total"] for s in samples), 2
+                ),
+                "wall_seconds_to_done": round(
+                    statistics.median(s["wall_seconds_to_done"] for s in samples), 2
+                ),
+                "reconciles": {
+                    kind: {
+                        field: statistics.median(
+                            v
+                            for s in samples
+                            for v in (s["reconciles"].get(kind) or {}).get(field, [])
+                        )
+                        if any((s["reconciles"].get(kind) or {}).get(field) for s in samples)
+                        else None
+                        for field in ("tasks", "module_runs", "wall_seconds")
+                    }
+                    | {
+                        "count": statistics.median(
+                            (s["reconciles"].get(kind) or {}).get("count", 0) for s in samples
+                        )
+                    }
+                    for kind in sorted(kinds)
+                },
+            }
+        )
+    return summary
+
+
+def bench_profile(kube: Kube, runs: int) -> None:
+    deploy_operator(kube)
+    pid = operator_pid()
+    rounds = []
+    for _ in range(runs):
+        driver = new_driver(kube)
+        rounds.append(profile_rounds(pid, driver))
+        drop_namespace(kube, driver.namespace)
+    medians = profile_medians(rounds)
     result = {
         "name": "reconcile_profile",
-        "profiles": profiles,
-        "note": "module runs are new Python processes; the other tasks run in ansible-playbook",
+        "medians": medians,
+        "profiles": rounds[0],
+        "rounds": rounds,
+        "note": "module runs are new Python processes; the other tasks run in ansible-playbook; "
+        "medians per reconcile of each kind over every round",
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
     }
     write("reconcile_profile", result)
-    for p in profiles:
+    for p in medians:
         print(
-            f"profile {p['operation']}: {p['cpu_seconds_total']} CPU-s, "
+            f"profile {p['operation']}: {p['cpu_seconds_total']} CPU-s (median of {p['runs']}), "
             f"{ {k: v['count'] for k, v in p['reconciles'].items()} } reconciles",
             flush=True,
         )

@@ -115,15 +115,17 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import verification_state
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "cluster_domain": {"type": "str", "default": "cluster.local"},
+    "client_port": {"type": "int", "default": 2379},
+}
+
 
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "cluster_domain": {"type": "str", "default": "cluster.local"},
-            "client_port": {"type": "int", "default": 2379},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -201,15 +201,18 @@ def prune_backup(client, entry, namespace):
     return None
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "poll_period": {"type": "raw", "default": "5s"},
+    "max_poll_period": {"type": "raw", "default": "30s"},
+    "max_prunes": {"type": "int", "default": 20},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "poll_period": {"type": "raw", "default": "5s"},
-            "max_poll_period": {"type": "raw", "default": "30s"},
-            "max_prunes": {"type": "int", "default": 20},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -17,29 +17,14 @@ description:
     that only resolve inside the cluster.
   - Never changes anything.
 options:
-  endpoints:
-    description: etcd client URLs (C(http://host:2379)); tried in order.
-    type: list
-    elements: str
-    required: true
-  timeout:
-    description: Per-call timeout in seconds.
-    type: float
-    default: 5
   fail_on_unreachable:
     description:
       - When no endpoint answers, fail (default) or return C(reachable=false).
     type: bool
     default: true
-  ca_cert:
-    description: CA bundle to verify etcd's serving certificate (enables TLS).
-    type: path
-  client_cert:
-    description: Client certificate for mutual TLS.
-    type: path
-  client_key:
-    description: Key of I(client_cert).
-    type: path
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
+  - quorumkeeper.etcd.etcd_connection.endpoints
 requirements: [etcd3aio]
 """
 
@@ -94,24 +79,36 @@ endpoint_errors:
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
+    EtcdOperationError,
     EtcdUnreachable,
-    client_from_params,
-    etcd_argument_spec,
     quorum_summary,
 )
 
+ARGUMENT_SPEC = {
+    **connection_argument_spec(),
+    "fail_on_unreachable": {"type": "bool", "default": True},
+}
+
 
 def main():
-    spec = etcd_argument_spec()
-    spec["fail_on_unreachable"] = {"type": "bool", "default": True}
-    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+        required_together=CONNECTION_REQUIRED_TOGETHER,
+    )
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
     try:
-        with client_from_params(module.params) as client:
+        with etcd_client(profile_from_params(module.params)) as client:
             info = client.cluster_info()
     except EtcdUnreachable as exc:
         if module.params["fail_on_unreachable"]:
@@ -130,6 +127,8 @@ def main():
             healthy=False,
             endpoint_errors=exc.errors,
         )
+    except EtcdOperationError as exc:  # etcd refused the credentials
+        module.fail_json(msg=str(exc))
     except (ValueError, OSError) as exc:
         module.fail_json(msg=f"invalid etcd connection options: {exc}")
     module.exit_json(changed=False, **info)

@@ -43,10 +43,6 @@ options:
     description: etcd client port.
     type: int
     default: 2379
-  timeout:
-    description: Per-call timeout of etcd calls, in seconds.
-    type: float
-    default: 5
   api_version:
     description: apiVersion of EtcdCluster and EtcdPeer.
     type: str
@@ -57,6 +53,8 @@ options:
   context:
     description: kubeconfig context to use with I(kubeconfig).
     type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
 requirements: [etcd3aio, PyYAML]
 """
 
@@ -140,6 +138,12 @@ etcd:
 
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption import (
     PDB_API_VERSION,
     pdb_name,
@@ -154,7 +158,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
-    EtcdClient,
     EtcdOperationError,
     EtcdUnreachable,
     quorum_summary,
@@ -293,7 +296,7 @@ def observe_etcd(p, peers):
     network = ClusterNetwork(p["name"], p["namespace"], p["cluster_domain"], p["client_port"])
     endpoints = network.client_urls(x["name"] for x in live)
     try:
-        with EtcdClient(endpoints, timeout=p["timeout"]) as client:
+        with etcd_client(profile_from_params(p, endpoints=endpoints)) as client:
             info = client.cluster_info()
             info["alarms"] = observe_alarms(client, info)
             return info
@@ -371,19 +374,24 @@ def observe_backups(p, direct):
     }
 
 
+# The members' client URLs are found from the EtcdPeers: no endpoints option.
+ARGUMENT_SPEC = {
+    **connection_argument_spec(endpoints_required=False),
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "cluster_domain": {"type": "str", "default": "cluster.local"},
+    "client_port": {"type": "int", "default": 2379},
+    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "cluster_domain": {"type": "str", "default": "cluster.local"},
-            "client_port": {"type": "int", "default": 2379},
-            "timeout": {"type": "float", "default": 5},
-            "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
+        required_together=CONNECTION_REQUIRED_TOGETHER,
     )
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
@@ -393,7 +401,14 @@ def main():
         observed = observe_kubernetes(p, cached, direct)
     except (KubeConfigError, KubeError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
-    observed["etcd"] = observe_etcd(p, observed["peers"])
+    try:
+        observed["etcd"] = observe_etcd(p, observed["peers"])
+    except EtcdOperationError as exc:
+        # etcd refused the credentials: it answers, so reporting it unreachable would be a
+        # lie the role might act on (a disaster recovery).
+        module.fail_json(msg=f"cannot observe etcd of {p['namespace']}/{p['name']}: {exc}")
+    except (ValueError, OSError) as exc:
+        module.fail_json(msg=f"invalid etcd connection options: {exc}")
     observed["now"] = now_timestamp()
     lost = any(data_lost(x["pvc_uid"], observed["pvcs"].get(x["name"])) for x in observed["peers"])
     if not observed["etcd"]["healthy"] and (observed["etcd"]["reachable"] or lost):

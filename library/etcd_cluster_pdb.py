@@ -13,7 +13,8 @@ description:
     (labels C(app.kubernetes.io/name=etcd) and C(etcd.quorumkeeper.dev/cluster=<name>)) with
     C(maxUnavailable) I(max_unavailable) and C(unhealthyPodEvictionPolicy=AlwaysAllow), owned
     by the EtcdCluster (garbage collected with it).
-  - Written straight to the API server, not through ansible-operator's proxy, so that the
+  - >-
+    Written straight to the API server, not through ansible-operator's proxy, so that the
     operator does not watch budgets: their status changes with every member pod's readiness
     and would only cost reconciles. The etcdcluster role runs this module only when the budget
     it observed differs from the one it wants (see C(qk_disruption.max_unavailable)).
@@ -122,17 +123,20 @@ def ensure(module, client):
     return result
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "owner_uid": {"type": "str", "required": True},
+    "max_unavailable": {"type": "int", "required": True},
+    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "owner_uid": {"type": "str", "required": True},
-            "max_unavailable": {"type": "int", "required": True},
-            "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

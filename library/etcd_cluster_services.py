@@ -132,16 +132,19 @@ def ensure(module, cached, direct):
     return result
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "client_port": {"type": "int", "default": 2379},
+    "peer_port": {"type": "int", "default": 2380},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "client_port": {"type": "int", "default": 2379},
-            "peer_port": {"type": "int", "default": 2380},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -19,11 +19,6 @@ description:
     leader) and waits until it leads, e.g. before the current leader is restarted.
   - In check mode the cluster is inspected and the planned actions are returned; nothing changes.
 options:
-  endpoints:
-    description: etcd client URLs; tried in order.
-    type: list
-    elements: str
-    required: true
   name:
     description:
       - Member name (C(--name) of the etcd process). An added member has no name in etcd until
@@ -50,7 +45,8 @@ options:
     description:
       - With C(state=promoted), seconds to keep retrying the promotion while etcd reports that
         the learner is not yet in sync with the leader.
-      - Changes refused because etcd reports a transient condition (C(unhealthy cluster): the
+      - >-
+        Changes refused because etcd reports a transient condition (C(unhealthy cluster): the
         leader has not been connected to every voter for 5 seconds yet; leader election) are
         retried for max(I(wait_timeout), 10) seconds in every state.
     type: float
@@ -59,19 +55,9 @@ options:
     description: With C(state=absent), move leadership away from the member before removing it.
     type: bool
     default: true
-  timeout:
-    description: Per-call timeout in seconds.
-    type: float
-    default: 5
-  ca_cert:
-    description: CA bundle to verify etcd's serving certificate (enables TLS).
-    type: path
-  client_cert:
-    description: Client certificate for mutual TLS.
-    type: path
-  client_key:
-    description: Key of I(client_cert).
-    type: path
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
+  - quorumkeeper.etcd.etcd_connection.endpoints
 requirements: [etcd3aio]
 notes:
   - etcd 3.4 and 3.5 (and 3.6 by default) allow a single learner at a time.
@@ -131,6 +117,12 @@ leader_moved_to:
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ERR_LEARNER_NOT_READY,
     ERR_MEMBER_NOT_FOUND,
@@ -142,9 +134,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     HAS_ETCD3AIO,
     EtcdOperationError,
     EtcdUnreachable,
-    client_from_params,
     describe_member,
-    etcd_argument_spec,
     find_member,
     initial_cluster,
     is_transient_cluster_error,
@@ -483,25 +473,28 @@ class Runner:
         return info["members"]
 
 
+ARGUMENT_SPEC = {
+    **connection_argument_spec(),
+    "name": {"type": "str"},
+    "peer_urls": {"type": "list", "elements": "str", "default": []},
+    "id": {"type": "str"},
+    "state": {
+        "type": "str",
+        "choices": ["present", "promoted", "absent", "leader"],
+        "default": "present",
+    },
+    "learner": {"type": "bool", "default": True},
+    "wait_timeout": {"type": "float", "default": 0},
+    "move_leader": {"type": "bool", "default": True},
+}
+
+
 def main():
-    spec = etcd_argument_spec()
-    spec.update(
-        name={"type": "str"},
-        peer_urls={"type": "list", "elements": "str", "default": []},
-        id={"type": "str"},
-        state={
-            "type": "str",
-            "choices": ["present", "promoted", "absent", "leader"],
-            "default": "present",
-        },
-        learner={"type": "bool", "default": True},
-        wait_timeout={"type": "float", "default": 0},
-        move_leader={"type": "bool", "default": True},
-    )
     module = AnsibleModule(
-        argument_spec=spec,
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
         required_one_of=[("name", "id", "peer_urls")],
+        required_together=CONNECTION_REQUIRED_TOGETHER,
     )
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
@@ -511,12 +504,20 @@ def main():
         except ValueError:
             module.fail_json(msg=f"id {module.params['id']!r} is not a hex member ID")
     try:
-        client = client_from_params(module.params)
+        client = etcd_client(profile_from_params(module.params))
     except (ValueError, OSError) as exc:
         module.fail_json(msg=f"invalid etcd connection options: {exc}")
-    with client:
-        runner = Runner(module, client)
-        getattr(runner, module.params["state"])()
+    runner = None
+    try:
+        # Entering authenticates when the profile has credentials: etcd may refuse them, or no
+        # endpoint answer. The runner reports what its own calls meet.
+        with client:
+            runner = Runner(module, client)
+            getattr(runner, module.params["state"])()
+    except (EtcdUnreachable, EtcdOperationError) as exc:
+        result = runner.result if runner else {"changed": False, "actions": []}
+        reached = not isinstance(exc, EtcdUnreachable)
+        module.fail_json(msg=str(exc) if reached else f"cannot reach etcd: {exc}", **result)
     module.exit_json(**runner.result)
 
 

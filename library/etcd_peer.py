@@ -16,7 +16,8 @@ description:
   - The claim is created with no owner reference, so deleting the EtcdCluster never deletes the
     data, and with the C(operator-sdk/primary-resource) annotations, so that its deletion makes
     ansible-operator reconcile the EtcdCluster.
-  - A claim is never re-created for a member whose recorded claim is gone or replaced: the data
+  - >-
+    A claim is never re-created for a member whose recorded claim is gone or replaced: the data
     is lost, the module reports C(data_lost) and creates nothing (the EtcdCluster replaces the
     member instead).
   - The ReplicaSet is owned by the EtcdPeer. An existing ReplicaSet whose pod template differs
@@ -89,7 +90,8 @@ options:
     default: etcd.quorumkeeper.dev/v1alpha1
   kubeconfig:
     description:
-      - A kubeconfig for every call. Default: ansible-operator's proxy (C(K8S_AUTH_KUBECONFIG))
+      - >-
+        A kubeconfig for every call. Default: ansible-operator's proxy (C(K8S_AUTH_KUBECONFIG))
         for reads and owned creations, the API server itself for the claim and ReplicaSet.
     type: path
   context:
@@ -369,30 +371,33 @@ class Member:
             time.sleep(0.2)
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str"},
+    "namespace": {"type": "str", "required": True},
+    "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+    "spec": {"type": "dict"},
+    "members": {
+        "type": "list",
+        "elements": "dict",
+        "options": {
+            "name": {"type": "str", "required": True},
+            "spec": {"type": "dict"},
+        },
+    },
+    "labels": {"type": "dict", "default": {}},
+    "delete_data": {"type": "bool", "default": False},
+    "update_image": {"type": "bool", "default": False},
+    "wait_timeout": {"type": "float", "default": 120},
+    "settings": {"type": "dict", "default": {}},
+    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str"},
-            "namespace": {"type": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
-            "spec": {"type": "dict"},
-            "members": {
-                "type": "list",
-                "elements": "dict",
-                "options": {
-                    "name": {"type": "str", "required": True},
-                    "spec": {"type": "dict"},
-                },
-            },
-            "labels": {"type": "dict", "default": {}},
-            "delete_data": {"type": "bool", "default": False},
-            "update_image": {"type": "bool", "default": False},
-            "wait_timeout": {"type": "float", "default": 120},
-            "settings": {"type": "dict", "default": {}},
-            "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
         required_one_of=[("name", "members")],
         mutually_exclusive=[("name", "members"), ("spec", "members")],

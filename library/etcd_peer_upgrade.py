@@ -18,7 +18,8 @@ description:
     EtcdPeer, owned by it; the module returns once the new pod exists. Two etcd processes never
     share the data directory, and the member's DNS name never points at the old pod and the new
     one at once.
-  - Idempotent: a member whose pods already run the new image is not restarted (at most its
+  - >-
+    Idempotent: a member whose pods already run the new image is not restarted (at most its
     ReplicaSet's template is patched); a ReplicaSet left deleted or half-deleted by an
     interrupted run is waited for and created again.
   - Quorum is the caller's business (the etcdcluster role restarts one member at a time, only
@@ -247,19 +248,22 @@ class Upgrade:
             time.sleep(POLL_SECONDS)
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "version": {"type": "str", "required": True},
+    "repository": {"type": "str"},
+    "wait_timeout": {"type": "float", "default": 120},
+    "settings": {"type": "dict", "default": {}},
+    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "version": {"type": "str", "required": True},
-            "repository": {"type": "str"},
-            "wait_timeout": {"type": "float", "default": 120},
-            "settings": {"type": "dict", "default": {}},
-            "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

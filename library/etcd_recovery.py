@@ -14,7 +14,8 @@ description:
     otherwise, so that the ReplicaSet restarts the member with (or without) etcd's
     C(--force-new-cluster). With the flag, etcd keeps the member's data and drops every other
     member from the cluster; it must run without it again before any member joins.
-  - C(restore_from_backup) creates the in-place EtcdRestore (I(restore)) of EtcdBackup I(backup)
+  - >-
+    C(restore_from_backup) creates the in-place EtcdRestore (I(restore)) of EtcdBackup I(backup)
     into the existing EtcdCluster I(cluster), through ansible-operator's proxy (so that the
     cluster owns it), and names it in the cluster's annotation
     C(etcd.quorumkeeper.dev/recovery): the restore waits for that annotation before it touches
@@ -59,7 +60,8 @@ options:
     default: etcd.quorumkeeper.dev/v1alpha1
   kubeconfig:
     description:
-      - A kubeconfig for every call. Default: ansible-operator's proxy (C(K8S_AUTH_KUBECONFIG))
+      - >-
+        A kubeconfig for every call. Default: ansible-operator's proxy (C(K8S_AUTH_KUBECONFIG))
         for the create, the API server itself for everything else.
     type: path
   context:
@@ -225,26 +227,29 @@ class Recovery:
             )
 
 
+ARGUMENT_SPEC = {
+    "action": {
+        "type": "str",
+        "required": True,
+        "choices": ["force_new_cluster", "restore_from_backup"],
+    },
+    "namespace": {"type": "str", "required": True},
+    "peer": {"type": "str"},
+    "enabled": {"type": "bool", "default": True},
+    "settings": {"type": "dict", "default": {}},
+    "cluster": {"type": "str"},
+    "backup": {"type": "str"},
+    "restore": {"type": "str"},
+    "cluster_spec": {"type": "dict"},
+    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "action": {
-                "type": "str",
-                "required": True,
-                "choices": ["force_new_cluster", "restore_from_backup"],
-            },
-            "namespace": {"type": "str", "required": True},
-            "peer": {"type": "str"},
-            "enabled": {"type": "bool", "default": True},
-            "settings": {"type": "dict", "default": {}},
-            "cluster": {"type": "str"},
-            "backup": {"type": "str"},
-            "restore": {"type": "str"},
-            "cluster_spec": {"type": "dict"},
-            "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         required_if=[
             ("action", "force_new_cluster", ("peer",)),
             ("action", "restore_from_backup", ("cluster", "backup", "restore")),

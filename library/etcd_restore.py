@@ -85,10 +85,8 @@ options:
     description: etcd client port (C(complete)).
     type: int
     default: 2379
-  timeout:
-    description: Per-call timeout of the etcd read, in seconds.
-    type: float
-    default: 5
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
 requirements: [boto3, google-cloud-storage, etcd3aio]
 """
 
@@ -141,9 +139,17 @@ revision:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ClusterNetwork
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    ClusterNetwork,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
-    EtcdClient,
     describe_error,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
@@ -157,14 +163,17 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore i
     parse_object_url,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
-    API_VERSION,
     RECOVERY_KEY,
     RESTORE_KEY,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe import (
+    target_claims,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_render import (
     render_restore_pod,
     render_restored_cluster,
     render_restored_pvc,
     restore_pod_name,
-    target_claims,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
     SnapshotSourceError,
@@ -375,7 +384,7 @@ class Restore:
             name, p["namespace"], p["cluster_domain"], p["client_port"]
         ).client_service_url()
         try:
-            with EtcdClient([endpoint], timeout=p["timeout"]) as etcd:
+            with etcd_client(profile_from_params(p, endpoints=[endpoint])) as etcd:
                 self.result["revision"] = etcd.revision(endpoint)
         except Exception as exc:  # noqa: BLE001 - etcd's gRPC errors, said in words
             raise StepError(
@@ -385,30 +394,35 @@ class Restore:
             ) from exc
 
 
+# The restored cluster is reached through its client Service: no endpoints option.
+ARGUMENT_SPEC = {
+    **connection_argument_spec(endpoints_required=False),
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "action": {
+        "type": "str",
+        "required": True,
+        "choices": ["restore_volumes", "create_cluster", "fail", "complete"],
+    },
+    "members": {"type": "list", "elements": "dict", "default": []},
+    "settings": {"type": "dict", "default": {}},
+    "object_url": {"type": "str"},
+    "sha256": {"type": "str"},
+    "credentials_secret": {"type": "str", "no_log": False},
+    "verify": {"type": "bool", "default": True},
+    "operator_image": {"type": "str"},
+    "keep_pods": {"type": "list", "elements": "str", "default": []},
+    "cluster_domain": {"type": "str", "default": "cluster.local"},
+    "client_port": {"type": "int", "default": 2379},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "action": {
-                "type": "str",
-                "required": True,
-                "choices": ["restore_volumes", "create_cluster", "fail", "complete"],
-            },
-            "members": {"type": "list", "elements": "dict", "default": []},
-            "settings": {"type": "dict", "default": {}},
-            "object_url": {"type": "str"},
-            "sha256": {"type": "str"},
-            "credentials_secret": {"type": "str", "no_log": False},
-            "verify": {"type": "bool", "default": True},
-            "operator_image": {"type": "str"},
-            "keep_pods": {"type": "list", "elements": "str", "default": []},
-            "cluster_domain": {"type": "str", "default": "cluster.local"},
-            "client_port": {"type": "int", "default": 2379},
-            "timeout": {"type": "float", "default": 5.0},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
         required_if=[("action", "restore_volumes", ("object_url", "operator_image", "members"))],
+        required_together=CONNECTION_REQUIRED_TOGETHER,
     )
     p = module.params
     step = None

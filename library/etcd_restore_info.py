@@ -119,6 +119,7 @@ step:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
     KubeError,
@@ -126,9 +127,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import CLUSTER_LABEL
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
-    API_VERSION,
     RESTORE_KEY,
     plan_restore,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe import (
     resolve_source,
     summarize_cluster,
     summarize_restore_pod,
@@ -210,13 +212,16 @@ def observe(client, name, namespace, log_lines):
     return observed
 
 
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "log_lines": {"type": "int", "default": 10},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "log_lines": {"type": "int", "default": 10},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
     )
     p = module.params

@@ -26,15 +26,13 @@ description:
     C(<path>.part), writes its SHA-256 to C(<path>.sha256) and renames it to C(<path>) (see
     qk_pvcstore); the module reads its result from the pod's log and deletes the pod. A claim
     that does not exist is an error. Credentials are not used.
+  - The pod reaches the member with the module's connection profile (I(timeout)). Neither the
+    TLS options (the pod does not mount their files) nor I(username) and I(password) (they
+    would be written into the pod's spec) can be used with a C(pvc://) destination yet.
   - Credentials come from a Secret (I(credentials_secret)), read by the module itself so that
     they never pass through Ansible variables, or from I(credentials) (no_log).
   - Always uploads (C(changed=true)); in check mode only chooses the member.
 options:
-  endpoints:
-    description: etcd client URLs of the cluster (or of the one member to snapshot).
-    type: list
-    elements: str
-    required: true
   object_url:
     description:
       - Destination, C(s3://bucket/key), C(s3://bucket/key?endpoint=http://host:port&region=r),
@@ -81,19 +79,9 @@ options:
     description: Seconds the whole snapshot and upload may take.
     type: float
     default: 600
-  timeout:
-    description: Per-call timeout in seconds for etcd's member list and status.
-    type: float
-    default: 5
-  ca_cert:
-    description: CA bundle to verify etcd's serving certificate (enables TLS).
-    type: path
-  client_cert:
-    description: Client certificate for mutual TLS.
-    type: path
-  client_key:
-    description: Key of I(client_cert).
-    type: path
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
+  - quorumkeeper.etcd.etcd_connection.endpoints
 requirements: [etcd3aio, boto3, google-cloud-storage]
 """
 
@@ -152,13 +140,17 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdUnreachable,
-    client_from_params,
     describe_error,
-    etcd_argument_spec,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
@@ -184,15 +176,17 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot impo
 )
 
 
-def write_to_claim(p, kube, claim, location, endpoint):
-    """The snapshot streamed to a pvc:// file by a helper pod that mounts the claim:
-    ``{"size", "sha256"}``."""
+def write_to_claim(p, kube, claim, location, endpoint, profile):
+    """The snapshot streamed to a pvc:// file by a helper pod that mounts the claim and
+    connects to ``endpoint`` with ``profile``: ``{"size", "sha256"}``."""
     image = (
         p["operator_image"]
         or os.environ.get("OPERATOR_IMAGE")
         or "quay.io/quorumkeeper/etcd-operator:0.1.0"
     )
-    pod = writer_pod(location.url, p["namespace"], image, endpoint, p["snapshot_timeout"])
+    pod = writer_pod(
+        location.url, p["namespace"], image, endpoint, p["snapshot_timeout"], profile=profile
+    )
     # The pod's own start (scheduling, mounting the claim) on top of the snapshot's time.
     written = run_helper(kube, pod, p["snapshot_timeout"] + 120, claim)
     if not written.get("sha256") or not written.get("size"):
@@ -200,28 +194,31 @@ def write_to_claim(p, kube, claim, location, endpoint):
     return {"size": int(written["size"]), "sha256": written["sha256"]}
 
 
+ARGUMENT_SPEC = {
+    **connection_argument_spec(),
+    "object_url": {"type": "str", "required": True},
+    "cluster_name": {"type": "str"},
+    "member_selection": {
+        "type": "str",
+        "choices": ["follower", "endpoint"],
+        "default": "follower",
+    },
+    "credentials_secret": {"type": "str", "no_log": False},
+    "namespace": {"type": "str"},
+    "credentials": {"type": "dict", "no_log": True},
+    "metadata": {"type": "dict", "default": {}},
+    "snapshot_timeout": {"type": "float", "default": 600.0},
+    "operator_image": {"type": "str"},
+}
+
+
 def main():
-    spec = etcd_argument_spec()
-    spec.update(
-        object_url={"type": "str", "required": True},
-        cluster_name={"type": "str"},
-        member_selection={
-            "type": "str",
-            "choices": ["follower", "endpoint"],
-            "default": "follower",
-        },
-        credentials_secret={"type": "str", "no_log": False},
-        namespace={"type": "str"},
-        credentials={"type": "dict", "no_log": True},
-        metadata={"type": "dict", "default": {}},
-        snapshot_timeout={"type": "float", "default": 600.0},
-        operator_image={"type": "str"},
-    )
     module = AnsibleModule(
-        argument_spec=spec,
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
         mutually_exclusive=[("credentials_secret", "credentials")],
         required_by={"credentials_secret": "namespace", "cluster_name": "namespace"},
+        required_together=CONNECTION_REQUIRED_TOGETHER,
     )
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
@@ -232,8 +229,12 @@ def main():
         if location.scheme == "pvc":
             if not p["namespace"]:
                 module.fail_json(msg="a pvc:// destination needs namespace (the claim's)")
+            # The writer pod is given the profile (qk_pvcstore.writer_pod), but not the
+            # Secret holding the TLS files, and a password would be written into its spec.
             if p["ca_cert"] or p["client_cert"]:
                 module.fail_json(msg="pvc:// destinations do not support etcd TLS options yet")
+            if p["username"]:
+                module.fail_json(msg="pvc:// destinations do not support etcd credentials yet")
             kube = direct_client()
             claim = read_claim(kube, location.bucket, p["namespace"])
         if p["cluster_name"]:
@@ -246,7 +247,8 @@ def main():
 
     result = {"changed": True, "object_url": location.url}
     try:
-        with client_from_params(p) as client:
+        profile = profile_from_params(p)
+        with etcd_client(profile) as client:
             source = choose_source(client, p["endpoints"], p["member_selection"])
             result.update(source)
             if module.check_mode:
@@ -255,7 +257,7 @@ def main():
             result["keys"], result["revision"] = client.key_count(source["endpoint"])
             started = time.monotonic()
             if claim is not None:
-                result.update(write_to_claim(p, kube, claim, location, source["endpoint"]))
+                result.update(write_to_claim(p, kube, claim, location, source["endpoint"], profile))
             else:
                 chunks = client.snapshot(source["endpoint"], timeout=p["snapshot_timeout"])
                 metadata = {str(k): str(v) for k, v in p["metadata"].items()}

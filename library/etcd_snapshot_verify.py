@@ -9,7 +9,8 @@ DOCUMENTATION = r"""
 module: etcd_snapshot_verify
 short_description: Prove that a completed EtcdBackup can be restored
 description:
-  - Reads the EtcdBackup (it must be Completed) and runs a verification pod in its namespace,
+  - >-
+    Reads the EtcdBackup (it must be Completed) and runs a verification pod in its namespace,
     owned by it: the snapshot is downloaded from the store and its SHA-256 checked against
     status.sha256, C(etcdutl snapshot status) (C(etcdctl) on etcd 3.4) of the backup's etcd
     version reads it, C(snapshot restore) (which checks etcd's own integrity hash) restores it
@@ -32,17 +33,22 @@ options:
     type: str
     required: true
   operator_image:
-    description: Image of the C(fetch) step (the operator's own; it holds qk_objectstore.py).
+    description:
+      - Image of the C(fetch) step (the operator's own; it holds qk_objectstore.py).
+      - Default the C(OPERATOR_IMAGE) environment variable, else
+        quay.io/quorumkeeper/etcd-operator:0.1.0.
     type: str
-    default: env OPERATOR_IMAGE, else quay.io/quorumkeeper/etcd-operator:0.1.0
   etcd_repository:
     description:
       - etcd image repository when the backup's EtcdCluster sets no spec.repository (or the
         backup was taken from a client URL); the tag is C(v<status.etcdVersion>).
+      - Default the C(ETCD_REPOSITORY) environment variable, else quay.io/coreos/etcd.
     type: str
-    default: env ETCD_REPOSITORY, else quay.io/coreos/etcd
   timeout:
-    description: Seconds the pod may take to get ready (download, checks, restore, start).
+    description:
+      - Seconds the pod may take to get ready (download, checks, restore, start).
+      - Not the timeout of the etcd calls, unlike in the other etcd modules; that is
+        I(etcd_timeout).
     type: float
     default: 180
   etcd_timeout:
@@ -66,7 +72,13 @@ options:
   context:
     description: kubeconfig context.
     type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
 requirements: [etcd3aio, PyYAML]
+notes:
+  - The throwaway etcd serves plain HTTP on the pod's IP, so the TLS options (I(ca_cert),
+    I(client_cert), I(client_key)) are refused. I(username) and I(password) are those of the
+    backed-up cluster, whose users and authentication the snapshot restores.
 """
 
 EXAMPLES = r"""
@@ -129,11 +141,16 @@ import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import image_reference
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
-    EtcdClient,
     describe_error,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
@@ -223,9 +240,10 @@ def read_served(pod, params, recorded_revision, deadline):
     """What the throwaway etcd serves: ``({"revision", "keys"}, keys_at_recorded)``; retries
     until ``deadline`` (etcd's port may accept connections a moment before it serves)."""
     endpoint = f"http://{pod['status']['podIP']}:{params['client_port']}"
+    profile = profile_from_params(params, endpoints=[endpoint], timeout_option="etcd_timeout")
     while True:
         try:
-            with EtcdClient([endpoint], timeout=params["etcd_timeout"]) as client:
+            with etcd_client(profile) as client:
                 keys, revision = client.key_count(endpoint)
                 at_recorded = None
                 if recorded_revision and recorded_revision <= revision:
@@ -325,26 +343,40 @@ def verify(module, kube, backup):
     )
 
 
+# The throwaway etcd is found from the pod: no endpoints option. ``timeout`` was the pod's
+# before the connection options came, and stays so; the etcd calls' timeout is
+# ``etcd_timeout`` (profile_from_params(..., timeout_option="etcd_timeout")).
+ARGUMENT_SPEC = {
+    **connection_argument_spec(endpoints_required=False),
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "operator_image": {"type": "str"},
+    "etcd_repository": {"type": "str"},
+    "timeout": {"type": "float", "default": 180.0},
+    "etcd_timeout": {"type": "float", "default": 5.0},
+    "client_port": {"type": "int", "default": 2379},
+    "resources": {"type": "dict"},
+    "keep_pod": {"type": "bool", "default": False},
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
 def main():
     module = AnsibleModule(
-        argument_spec={
-            "name": {"type": "str", "required": True},
-            "namespace": {"type": "str", "required": True},
-            "operator_image": {"type": "str"},
-            "etcd_repository": {"type": "str"},
-            "timeout": {"type": "float", "default": 180.0},
-            "etcd_timeout": {"type": "float", "default": 5.0},
-            "client_port": {"type": "int", "default": 2379},
-            "resources": {"type": "dict"},
-            "keep_pod": {"type": "bool", "default": False},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
-        },
+        argument_spec=ARGUMENT_SPEC,
         supports_check_mode=True,
+        required_together=CONNECTION_REQUIRED_TOGETHER,
     )
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
     p = module.params
+    if p["ca_cert"] or p["client_cert"]:
+        # render_pod starts the throwaway etcd without TLS (TLS is configuration, not data:
+        # the snapshot does not bring it), so a TLS client could only fail to reach it.
+        module.fail_json(
+            msg="the verification pod's etcd serves plain HTTP: TLS options do not apply"
+        )
     p["operator_image"] = (
         p["operator_image"]
         or os.environ.get("OPERATOR_IMAGE")

@@ -63,7 +63,7 @@ options:
   context:
     description: kubeconfig context to use.
     type: str
-requirements: [kubernetes]
+requirements: [PyYAML]
 """
 
 EXAMPLES = r"""
@@ -99,9 +99,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_k8s import (
     record_event,
 )
 
+# Shared with the action plugin of the same name, which runs in the controller.
+ARGUMENT_SPEC = EVENT_ARGUMENT_SPEC
+
 
 def main():
-    module = AnsibleModule(argument_spec=EVENT_ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, record_event)
 
 

@@ -72,7 +72,7 @@ options:
   context:
     description: kubeconfig context to use.
     type: str
-requirements: [kubernetes]
+requirements: [PyYAML]
 """
 
 EXAMPLES = r"""
@@ -113,9 +113,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_k8s import (
     write_status,
 )
 
+# Shared with the action plugin of the same name, which runs in the controller.
+ARGUMENT_SPEC = STATUS_ARGUMENT_SPEC
+
 
 def main():
-    module = AnsibleModule(argument_spec=STATUS_ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, write_status)
 
 

@@ -50,9 +50,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration impo
     requeue_period,
 )
 
+# Shared with the action plugin of the same name, which runs in the controller.
+ARGUMENT_SPEC = REQUEUE_ARGUMENT_SPEC
+
 
 def main():
-    module = AnsibleModule(argument_spec=REQUEUE_ARGUMENT_SPEC, supports_check_mode=True)
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     run_module(module, requeue_period, needs_client=False)
 
 

@@ -46,6 +46,10 @@ for _path in (ROOT / "hack" / "cluster", ROOT / "collections"):
 
 import faults  # noqa: E402  (hack/cluster/faults.py)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_etcd  # noqa: E402
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (  # noqa: E402
+    ConnectionProfile,
+    etcd_client,
+)
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
@@ -332,7 +336,7 @@ class Soak:
         endpoints = [f"http://{ip}:2379" for _, ip in sorted(ips.items()) if ip]
         if not endpoints:
             return ["no member pod has an IP"]
-        with qk_etcd.EtcdClient(endpoints, timeout=2) as etcd:
+        with etcd_client(ConnectionProfile(endpoints, timeout=2)) as etcd:
             try:
                 members, _, _ = etcd.member_list()
             except qk_etcd.EtcdUnreachable as error:

@@ -25,6 +25,15 @@ _FILE_OPTIONS = ("ca_cert", "client_cert", "client_key")
 _CREDENTIAL_OPTIONS = ("username", "password")
 
 
+def _normal_endpoint(endpoint: str) -> str:
+    """``endpoint`` without surrounding blanks and trailing slashes, unless they are all its
+    ``scheme://`` has: ``http://`` must stay an endpoint without a host (refused as such by the
+    client), not become the host ``http:``."""
+    text = endpoint.strip()
+    trimmed = text.rstrip("/")
+    return trimmed if "://" in trimmed or "://" not in text else text
+
+
 @dataclass(frozen=True)
 class ConnectionProfile:
     """How to reach and authenticate to one etcd cluster (file options are paths)."""
@@ -38,7 +47,7 @@ class ConnectionProfile:
     password: str | None = field(default=None, repr=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "endpoints", tuple(e.strip().rstrip("/") for e in self.endpoints))
+        object.__setattr__(self, "endpoints", tuple(_normal_endpoint(e) for e in self.endpoints))
         object.__setattr__(self, "timeout", float(self.timeout))
         if bool(self.client_cert) != bool(self.client_key):
             raise ValueError("client_cert and client_key must be given together")
@@ -85,11 +94,16 @@ def connection_argument_spec(endpoints_required: bool = True) -> dict:
 CONNECTION_REQUIRED_TOGETHER = [("client_cert", "client_key"), ("username", "password")]
 
 
-def profile_from_params(params: dict, endpoints=None) -> ConnectionProfile:
-    """The profile a module's options describe; ``endpoints`` when the module finds them."""
+def profile_from_params(
+    params: dict, endpoints=None, timeout_option: str = "timeout"
+) -> ConnectionProfile:
+    """The profile a module's options describe; ``endpoints`` when the module finds them.
+    ``timeout_option`` names the option holding the per-call timeout, for a module whose
+    ``timeout`` meant something else before it took the connection options
+    (etcd_snapshot_verify: ``etcd_timeout``)."""
     return ConnectionProfile(
         endpoints=tuple(endpoints if endpoints is not None else params.get("endpoints") or ()),
-        timeout=params.get("timeout") or DEFAULT_TIMEOUT,
+        timeout=params.get(timeout_option) or DEFAULT_TIMEOUT,
         **{k: params.get(k) or None for k in _FILE_OPTIONS + _CREDENTIAL_OPTIONS},
     )
 

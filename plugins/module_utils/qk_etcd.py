@@ -208,13 +208,38 @@ def endpoint_target(url):
     return f"{host}:{port}", parsed.scheme == "https"
 
 
+# What gRPC's TLS failures mean for the connection options: its own words ("Unwrap failed
+# (TSI_DATA_CORRUPTED)") name neither the cause nor the option to check. Measured against etcd
+# 3.4 - 3.6 with --client-cert-auth (tests/modules/test_connection_profile.py).
+TLS_FAILURE_HINTS = (
+    (
+        ("TSI_DATA_CORRUPTED", "BAD_CERTIFICATE", "CERTIFICATE_REQUIRED"),
+        "TLS: the member ended the connection after the handshake, as etcd does when it "
+        "requires a client certificate (--client-cert-auth) and none was given, or one its "
+        "CA did not sign: check client_cert and client_key",
+    ),
+    (
+        ("CERTIFICATE_VERIFY_FAILED", "BAD_SIGNATURE"),
+        "TLS: the member's certificate is not trusted: check that ca_cert is the CA that "
+        "signed it (without ca_cert, the system's CAs are used)",
+    ),
+    (
+        ("Handshake read failed",),
+        "TLS: the member did not answer the handshake: check that it serves TLS on this port "
+        "(an http:// member is dialled without ca_cert)",
+    ),
+)
+
+
 def describe_error(exc):
     if HAS_ETCD3AIO and isinstance(exc, grpc.aio.AioRpcError):
-        return f"{exc.code().name}: {exc.details()}"
-    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        text = f"{exc.code().name}: {exc.details()}"
+    elif isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return "timed out"
-    text = str(exc) or exc.__class__.__name__
-    return text
+    else:
+        text = str(exc) or exc.__class__.__name__
+    hint = next((h for markers, h in TLS_FAILURE_HINTS if any(m in text for m in markers)), None)
+    return f"{text} ({hint})" if hint else text
 
 
 def etcd_error_detail(exc):
@@ -383,11 +408,7 @@ class EtcdClient:
         errors = {}
         for endpoint in self.endpoints:
             try:
-                response = self._run(
-                    AuthService(self._channel(endpoint), max_attempts=1).authenticate(
-                        self.profile.username, self.profile.password, timeout=self.timeout
-                    )
-                )
+                response = self._run(self._authenticate_via(endpoint))
             except Exception as exc:  # noqa: BLE001 - the next endpoint may answer
                 detail = etcd_error_detail(exc)
                 if detail:  # etcd answered: wrong credentials, auth not enabled, ...
@@ -401,6 +422,14 @@ class EtcdClient:
             self._token = response.token
             return
         raise EtcdUnreachable(self.endpoints, errors)
+
+    async def _authenticate_via(self, endpoint):
+        # Inside the loop: a gRPC aio channel belongs to the event loop it is made in, and this
+        # client's channels are used by its own loop only.
+        auth = AuthService(self._channel(endpoint), max_attempts=1)
+        return await auth.authenticate(
+            self.profile.username, self.profile.password, timeout=self.timeout
+        )
 
     # -- single endpoint async primitives ----------------------------------------------------
     async def _status(self, endpoint):

@@ -859,16 +859,22 @@ def fetch(url, dest, expected_sha256=None, credentials=None):
     return {"size": result["size"], "sha256": result["sha256"]}
 
 
-def write_snapshot(url, endpoint, timeout=None, etcd_timeout=5.0):
+def write_snapshot(url, endpoint, timeout=None, environ=None):
     """Stream a snapshot of the etcd member at ``endpoint`` to the pvc:// ``url`` (what the
-    backup's writer pod runs); ``{"size", "sha256"}``. The etcd client is imported here: the
+    backup's writer pod runs); ``{"size", "sha256"}``. The pod is told how to connect (timeout
+    of the etcd calls, TLS, credentials) by the profile in its environment (``environ``,
+    default ``os.environ``; qk_connection.profile_env). The etcd client is imported here: the
     pods that only read or delete do not need it, and Ansible modules never call this."""
     location = parse_object_url(url)
     if location.scheme != "pvc":
         raise ObjectStoreError(f"{url!r}: write serves pvc:// URLs only (the operator uploads)")
     from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_etcd  # noqa: PLC0415
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (  # noqa: PLC0415
+        etcd_client,
+        profile_from_env,
+    )
 
-    with qk_etcd.EtcdClient([endpoint], timeout=etcd_timeout) as client:
+    with etcd_client(profile_from_env(endpoints=[endpoint], environ=environ)) as client:
         try:
             return upload_file(location, client.snapshot(endpoint, timeout=timeout))
         except (ObjectStoreError, OSError):

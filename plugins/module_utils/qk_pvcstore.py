@@ -27,6 +27,11 @@ import hashlib
 import json
 import time
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    profile_env,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_GROUP
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     OBJECTSTORE_ENV,
     backup_claim,
@@ -39,7 +44,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods i
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import KubeError
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import STUCK_WAITING
 
-HELPER_LABEL = "etcd.quorumkeeper.dev/pvc-helper"
+HELPER_LABEL = f"{API_GROUP}/pvc-helper"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 POLL = 0.5
 
@@ -55,10 +60,11 @@ def helper_pod_name(action, object_url):
     return f"qk-backup-{action}-{digest}"
 
 
-def render_helper_pod(action, object_url, namespace, operator_image, args=(), owner=None):
+def render_helper_pod(action, object_url, namespace, operator_image, args=(), owner=None, env=()):
     """The pod that runs ``qk_objectstore.py <action> --url <object_url> <args>`` with the
     claim of ``object_url`` mounted read-write at PVC_MOUNT. ``owner``: an ownerReference
-    (garbage collection when the owner goes), or None."""
+    (garbage collection when the owner goes), or None; ``env``: container env besides
+    OBJECTSTORE_ENV."""
     claim = backup_claim(object_url)
     if not claim:
         raise ClaimError(f"{object_url!r} is not a pvc:// URL")
@@ -87,7 +93,7 @@ def render_helper_pod(action, object_url, namespace, operator_image, args=(), ow
                     "name": action,
                     "image": operator_image,
                     "command": objectstore_command(action, "--url", object_url, *args),
-                    "env": list(OBJECTSTORE_ENV),
+                    "env": [*OBJECTSTORE_ENV, *env],
                     "volumeMounts": [claim_mount(read_only=False)],
                     "terminationMessagePolicy": "FallbackToLogsOnError",
                 }
@@ -97,12 +103,18 @@ def render_helper_pod(action, object_url, namespace, operator_image, args=(), ow
     }
 
 
-def writer_pod(object_url, namespace, operator_image, endpoint, timeout=None, owner=None):
-    """The pod that streams a snapshot of the member at ``endpoint`` to the pvc:// file."""
+def writer_pod(
+    object_url, namespace, operator_image, endpoint, timeout=None, owner=None, profile=None
+):
+    """The pod that streams a snapshot of the member at ``endpoint`` to the pvc:// file,
+    connecting with ``profile`` (the module's connection options; its endpoints are not
+    used) given in its env (qk_connection.profile_env), so that whatever the profile comes to
+    hold reaches the pod; None: a plain connection."""
     args = ["--endpoint", endpoint]
     if timeout:
         args += ["--timeout", f"{float(timeout):g}"]
-    return render_helper_pod("write", object_url, namespace, operator_image, args, owner)
+    env = profile_env(profile or ConnectionProfile())
+    return render_helper_pod("write", object_url, namespace, operator_image, args, owner, env)
 
 
 def deleter_pod(object_url, namespace, operator_image, owner=None):

@@ -23,38 +23,18 @@ creates carries its UID (annotation ``etcd.quorumkeeper.dev/restore`` on the Etc
 PVCs, label of the same name on its pods), which is how a later reconcile, or one after an
 operator restart, tells its own objects from anyone else's.
 
-Pure functions, unit tested in tests/unit/test_restore.py.
+This module holds the planner and the restore's vocabulary (the keys that mark its objects,
+the final failure reasons); what it observes is summarized in qk_restore_observe, and the
+objects it creates are rendered in qk_restore_render. Pure functions, unit tested in
+tests/unit/test_restore_plan.py.
 """
 
 from __future__ import annotations
 
-import copy
-import re
-
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
-    API_GROUP,
-    API_VERSION,
-)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_GROUP
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     FETCH_SHA256_MISMATCH,
-    SNAPSHOT_FILE,
-    container_failure,
-    container_waiting,
-    etcd_tool,
-    fetch_container,
-    running_step,
-    snapshot_mount,
-    snapshot_volumes,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
-    CLUSTER_LABEL,
-    CONFIG_PROBLEMS,
-    IMAGE_PROBLEMS,
-    owner_reference,
-    render_pvc,
-    render_replicaset,
-)
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
 # On the EtcdCluster and the PVCs a restore creates (annotation), and on its pods (label).
 RESTORE_KEY = f"{API_GROUP}/restore"
@@ -74,167 +54,11 @@ FINAL_REASONS = {
     # The backup's verification proved the snapshot bad; a backup never changes after that.
     "BackupNotVerified",
 }
-# The etcdcluster role's restore pods: waiting reasons that will not clear by themselves.
-STUCK_REASONS = IMAGE_PROBLEMS | CONFIG_PROBLEMS
-LOG_TAIL_CHARS = 1500
 
 
 # --------------------------------------------------------------------------------------------
-# Observation
+# Failed restore pods
 # --------------------------------------------------------------------------------------------
-
-
-def _condition(obj, kind):
-    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
-    return next((c for c in conditions if c.get("type") == kind), {})
-
-
-def resolve_source(restore, backup=None, parse_url=None):
-    """Where the snapshot is: ``{object_url, sha256, credentials_secret, backup_name, error,
-    waiting}``. ``error`` is None or ``{reason, message}``; ``waiting`` is a message while the
-    named EtcdBackup has not completed yet.
-
-    Once a restore has started (phase Restoring) the URL and SHA-256 it recorded are used, so
-    that a backup deleted or replaced meanwhile changes nothing. ``parse_url`` checks a URL
-    (raising ValueError-like errors with a message); qk_objectstore.parse_object_url in the
-    module."""
-    spec = (restore.get("spec") or {}).get("source") or {}
-    status = restore.get("status") or {}
-    namespace = (restore.get("metadata") or {}).get("namespace")
-    name = spec.get("backupName")
-    source = {
-        "object_url": None,
-        "sha256": None,
-        "credentials_secret": spec.get("credentialsSecret"),
-        "backup_name": name,
-        "error": None,
-        "waiting": None,
-    }
-    if backup is not None and not source["credentials_secret"]:
-        destination = (backup.get("spec") or {}).get("destination") or {}
-        source["credentials_secret"] = destination.get("credentialsSecret")
-    if status.get("phase") == "Restoring" and status.get("objectURL"):
-        source.update(object_url=status["objectURL"], sha256=status.get("sha256"))
-        return source
-    if name:
-        what = f"EtcdBackup {namespace}/{name} (spec.source.backupName)"
-        if backup is None or (backup.get("metadata") or {}).get("deletionTimestamp"):
-            source["error"] = {"reason": "BackupNotFound", "message": f"{what} does not exist"}
-            return source
-        backup_status = backup.get("status") or {}
-        phase = backup_status.get("phase") or "Pending"
-        if phase == "Failed":
-            failed = _condition(backup, "Failed").get("message") or "no reason given"
-            source["error"] = {"reason": "BackupFailed", "message": f"{what} failed: {failed}"}
-            return source
-        if phase != "Completed" or not backup_status.get("objectURL"):
-            source["waiting"] = f"waiting for {what} to complete (it is {phase})"
-            return source
-        # Its read-back verification found it cannot be restored. One still under way (or
-        # disabled), or one that could not run (store or pod trouble, retried by the backup),
-        # says nothing about the snapshot and is no reason to wait: the restore checks the
-        # bytes itself.
-        verified = _condition(backup, "Verified")
-        if verified.get("status") == "False" and verified.get("reason") not in RETRYABLE_REASONS:
-            source["error"] = {
-                "reason": "BackupNotVerified",
-                "message": f"{what} failed its verification: "
-                f"{verified.get('message') or 'no reason given'}",
-            }
-            return source
-        source.update(object_url=backup_status["objectURL"], sha256=backup_status.get("sha256"))
-    else:
-        source["object_url"] = spec.get("objectURL")
-    if parse_url is not None:
-        try:
-            parse_url(source["object_url"] or "")
-        except Exception as exc:  # noqa: BLE001 - the parser's own words
-            source["error"] = {"reason": "InvalidSource", "message": f"{exc}"}
-    return source
-
-
-def summarize_cluster(cluster):
-    """The target EtcdCluster: ``{exists, restore_uid, deleting, available, message}``."""
-    if cluster is None:
-        return {
-            "exists": False,
-            "restore_uid": "",
-            "recovery": "",
-            "deleting": False,
-            "available": False,
-        }
-    meta = cluster.get("metadata") or {}
-    available = _condition(cluster, "Available")
-    status = cluster.get("status") or {}
-    return {
-        "exists": True,
-        "restore_uid": (meta.get("annotations") or {}).get(RESTORE_KEY, ""),
-        "recovery": (meta.get("annotations") or {}).get(RECOVERY_KEY, ""),
-        "deleting": bool(meta.get("deletionTimestamp")),
-        # The status must describe the spec as created, not an earlier object of that name.
-        "available": available.get("status") == "True"
-        and status.get("observedGeneration") == meta.get("generation"),
-        "message": available.get("message") or "no status yet",
-    }
-
-
-def member_claim_pattern(cluster):
-    """Names the members of ``cluster`` give their PVCs (``<cluster>-<ordinal>``)."""
-    return re.compile(rf"^{re.escape(cluster)}-\d+$")
-
-
-def target_claims(pvcs, cluster):
-    """The PVCs that belong to ``cluster``'s members, or would be taken for theirs: labelled
-    with the cluster, or named like a member. ``[{name, restore_uid, deleting}]`` by name."""
-    pattern = member_claim_pattern(cluster)
-    found = []
-    for pvc in pvcs:
-        meta = pvc.get("metadata") or {}
-        labelled = (meta.get("labels") or {}).get(CLUSTER_LABEL) == cluster
-        if labelled or pattern.match(meta.get("name") or ""):
-            found.append(
-                {
-                    "name": meta.get("name"),
-                    "restore_uid": (meta.get("annotations") or {}).get(RESTORE_KEY, ""),
-                    "deleting": bool(meta.get("deletionTimestamp")),
-                }
-            )
-    return sorted(found, key=lambda c: c["name"])
-
-
-def summarize_restore_pod(pod, log_tail=None):
-    """A restore pod: ``{name, peer, phase, step, failure, deleting}``; ``failure`` is None or
-    ``{container, exit_code, reason, message, log}``: it exited non-zero, or it waits for
-    something that will not come (an image that cannot be pulled)."""
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    failure = container_failure(pod) if phase != "Succeeded" else None
-    if failure is None and phase == "Failed":
-        failure = {
-            "container": "",
-            "exit_code": None,
-            "reason": status.get("reason") or "Failed",
-            "message": (status.get("message") or "").strip(),
-        }
-    if failure is None and phase == "Pending":
-        stuck = container_waiting(pod, STUCK_REASONS)
-        if stuck:
-            failure = {
-                "container": stuck["container"],
-                "exit_code": None,
-                "reason": stuck["reason"],
-                "message": f"image {stuck['image']}: {stuck['message'] or 'no detail'}",
-            }
-    if failure is not None:
-        failure = {**failure, "log": (log_tail or "").strip()[-LOG_TAIL_CHARS:]}
-    return {
-        "name": meta.get("name", ""),
-        "peer": (meta.get("labels") or {}).get(RESTORE_PEER_LABEL, ""),
-        "phase": phase,
-        "step": running_step(pod),
-        "failure": failure,
-        "deleting": bool(meta.get("deletionTimestamp")),
-    }
 
 
 def failure_reason(failure):
@@ -503,120 +327,3 @@ def _in_place_wait(observed, theirs):
             "poll",
         )
     return None
-
-
-# --------------------------------------------------------------------------------------------
-# What a restore creates
-# --------------------------------------------------------------------------------------------
-
-
-def restore_flags(peer_name, namespace, spec, settings=None):
-    """What the member's etcd will run with, from the ReplicaSet the etcdcluster role renders
-    for it: ``{image, flags, mounts, scheduling}``. Restoring with exactly these (name, peer
-    URLs, initial cluster and token, data dir) is what makes etcd accept the restored data."""
-    replicaset = render_replicaset(peer_name, namespace, spec, settings)
-    pod_spec = replicaset["spec"]["template"]["spec"]
-    etcd = pod_spec["containers"][0]
-    flags = {}
-    for arg in etcd["args"]:
-        key, _, value = arg.partition("=")
-        flags[key.lstrip("-")] = value
-    return {
-        "image": etcd["image"],
-        "flags": flags,
-        "mounts": copy.deepcopy(etcd["volumeMounts"]),
-        "volumes": copy.deepcopy(pod_spec["volumes"]),
-        "scheduling": {
-            k: copy.deepcopy(pod_spec[k])
-            for k in ("affinity", "tolerations", "nodeSelector")
-            if k in pod_spec
-        },
-    }
-
-
-def restore_pod_name(peer_name, uid):
-    return f"{peer_name}-restore-{uid[:8]}"
-
-
-def render_restore_pod(
-    restore, peer_name, spec, settings, operator_image, object_url, sha256, credentials_secret
-):
-    """The pod that restores the snapshot into member ``peer_name``'s PVC: ``fetch`` (operator
-    image) downloads and checks it, ``restore`` (the member's own etcd image) runs ``snapshot
-    restore`` with the member's own flags. Owned by the EtcdRestore; never restarted."""
-    meta = restore["metadata"]
-    namespace, uid = meta["namespace"], meta["uid"]
-    member = restore_flags(peer_name, namespace, spec, settings)
-    flags = member["flags"]
-    argv, env = etcd_tool(spec["version"])
-    container = {
-        "name": "restore",
-        "image": member["image"],
-        "command": [
-            *argv,
-            "snapshot",
-            "restore",
-            SNAPSHOT_FILE,
-            f"--name={flags['name']}",
-            f"--initial-cluster={flags['initial-cluster']}",
-            f"--initial-cluster-token={flags['initial-cluster-token']}",
-            f"--initial-advertise-peer-urls={flags['initial-advertise-peer-urls']}",
-            f"--data-dir={flags['data-dir']}",
-        ],
-        "volumeMounts": [*member["mounts"], snapshot_mount(read_only=True)],
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
-    if env:
-        container["env"] = env
-    labels = {
-        "app.kubernetes.io/name": "etcd-restore",
-        "app.kubernetes.io/instance": spec["clusterName"],
-        "app.kubernetes.io/managed-by": "quorumkeeper",
-        RESTORE_KEY: uid,
-        RESTORE_PEER_LABEL: peer_name,
-    }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": restore_pod_name(peer_name, uid),
-            "namespace": namespace,
-            "labels": labels,
-            "ownerReferences": [owner_reference(restore)],
-        },
-        "spec": {
-            "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": 5,
-            "enableServiceLinks": False,
-            "initContainers": [
-                fetch_container(operator_image, object_url, sha256, credentials_secret)
-            ],
-            "containers": [container],
-            "volumes": [*member["volumes"], *snapshot_volumes(credentials_secret, object_url)],
-            **member["scheduling"],
-        },
-    }
-
-
-def render_restored_pvc(restore, peer_name, spec, settings=None):
-    """The member's PVC as the etcdcluster role would create it, marked as this restore's."""
-    meta = restore["metadata"]
-    pvc = render_pvc(peer_name, meta["namespace"], spec, settings)
-    pvc["metadata"]["annotations"][RESTORE_KEY] = meta["uid"]
-    return pvc
-
-
-def render_restored_cluster(restore, cluster_name, template):
-    """The EtcdCluster to create: the template as its spec, marked as this restore's. No owner:
-    deleting the EtcdRestore must not delete the cluster it made."""
-    meta = restore["metadata"]
-    return {
-        "apiVersion": API_VERSION,
-        "kind": "EtcdCluster",
-        "metadata": {
-            "name": cluster_name,
-            "namespace": meta["namespace"],
-            "annotations": {RESTORE_KEY: meta["uid"]},
-        },
-        "spec": copy.deepcopy(template),
-    }

@@ -9,14 +9,8 @@ backups to prune, and when to look again. ``finish()`` turns the plan and what t
 managed to do into the status, conditions and Events. Both are pure (no API calls, the time is
 an argument) and unit tested; the module does the API and object store calls in between.
 
-Time rules, all UTC:
-- cron (five fields, through cronsim, plus @yearly/@annually/@monthly/@weekly/@daily/@midnight/
-  @hourly): the scheduled times of the expression after the schedule's creation;
-- ``@every <duration>`` (Go syntax, whole seconds, at least 10s): every <duration> counted from
-  the last scheduled time (the schedule's creation before the first).
-A scheduled time is due from that time until ``startingDeadlineSeconds`` after it. A backup of
-the same cluster that is still running delays a due run (concurrency Forbid) until it finishes
-or the deadline passes; a run found after its deadline is missed and never made up.
+The schedule's times (cron, macros, @every) are parsed in qk_schedule_time, the schedule's
+backups judged and pruned in qk_schedule_retention.
 
 A backup made for scheduled time T is named ``<schedule>-<T as %Y%m%d%H%M%S>`` and annotated
 with T, so an operator killed between its creation and the status write neither makes a second
@@ -33,143 +27,42 @@ import math
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     API_GROUP,
     API_VERSION,
-    TIMESTAMP_FORMAT,
-    parse_timestamp,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import (
     format_duration,
     parse_duration,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_retention import (
+    SCHEDULED_TIME_ANNOTATION,
+    condition,
+    failure_message,
+    is_active,
+    is_good,
+    order_key,
+    prune_entry,
+    retention,
+    scheduled_time,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time import (
+    UTC,
+    ScheduleError,
+    format_time,
+    parse_schedule,
+    parse_time,
+)
 
 SCHEDULE_LABEL = f"{API_GROUP}/schedule"
-SCHEDULED_TIME_ANNOTATION = f"{API_GROUP}/scheduled-time"
 # Must equal the CRD's default: long enough for an operator restart, and for a running backup
 # to finish (a snapshot may take etcdbackup_snapshot_timeout, 600 s) before the run it delays is
 # given up; short enough that a run missed in a longer outage does not start at an hour nobody
 # planned for.
 DEFAULT_STARTING_DEADLINE = 600
-MIN_EVERY_SECONDS = 10
 MAX_NAME = 63  # the backups' names also end up in label values (≤ 63 characters)
 STAMP = "%Y%m%d%H%M%S"
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-UTC = datetime.UTC
-ONE_SECOND = datetime.timedelta(seconds=1)
-FINISHED = ("Completed", "Failed")
-
-
-class ScheduleError(ValueError):
-    """spec.schedule cannot be used; the message says why."""
 
 
 # --------------------------------------------------------------------------------------------
-# Times
-# --------------------------------------------------------------------------------------------
-
-
-def parse_time(text):
-    """An RFC 3339 timestamp as an aware UTC datetime; None for None or garbage."""
-    if not text:
-        return None
-    try:
-        return parse_timestamp(text)
-    except ValueError:
-        return None
-
-
-def format_time(value):
-    return value.astimezone(UTC).strftime(TIMESTAMP_FORMAT) if value else None
-
-
-def _whole_seconds(value):
-    return value.replace(microsecond=0)
-
-
-class CronSchedule:
-    """A five-field cron expression (or a macro), UTC."""
-
-    def __init__(self, expression):
-        from cronsim import CronSim, CronSimError
-
-        self._cronsim = CronSim
-        fields = MACROS.get(expression, expression).split()
-        if len(fields) != 5:
-            raise ScheduleError(
-                f"{expression!r} has {len(fields)} field(s); a cron schedule has five (minute "
-                "hour day-of-month month day-of-week), or is one of "
-                f"{', '.join(MACROS)} or @every <duration>"
-            )
-        self.expression = " ".join(fields)
-        try:
-            CronSim(self.expression, datetime.datetime(2000, 1, 1, tzinfo=UTC))
-        except (CronSimError, ValueError) as exc:
-            raise ScheduleError(f"{expression!r} is not a valid cron expression: {exc}") from exc
-
-    def latest(self, now, after):
-        """The most recent scheduled time in (after, now], or None."""
-        probe = _whole_seconds(now) + ONE_SECOND
-        found = next(self._cronsim(self.expression, probe, reverse=True))
-        return found if found > after else None
-
-    def following(self, now, after):
-        """The first scheduled time after both ``now`` and ``after``."""
-        return next(self._cronsim(self.expression, _whole_seconds(max(now, after))))
-
-
-class EverySchedule:
-    """``@every <duration>``: a fixed interval from the last scheduled time."""
-
-    def __init__(self, expression, text):
-        try:
-            ns = parse_duration(text)
-        except ValueError as exc:
-            raise ScheduleError(f"{expression!r}: {exc}") from exc
-        if ns % 1_000_000_000:
-            raise ScheduleError(f"{expression!r}: the interval must be whole seconds")
-        if ns < MIN_EVERY_SECONDS * 1_000_000_000:
-            raise ScheduleError(
-                f"{expression!r}: the interval must be at least {MIN_EVERY_SECONDS}s"
-            )
-        self.interval = datetime.timedelta(seconds=ns // 1_000_000_000)
-        self.expression = expression
-
-    def latest(self, now, after):
-        steps = (now - after) // self.interval
-        return after + steps * self.interval if steps >= 1 else None
-
-    def following(self, now, after):
-        steps = max((now - after) // self.interval, 0)
-        return after + (steps + 1) * self.interval
-
-
-def parse_schedule(expression):
-    """A schedule object with ``latest(now, after)`` and ``following(now, after)``; raises
-    ``ScheduleError`` saying what is wrong."""
-    text = " ".join(str(expression or "").split())
-    if not text:
-        raise ScheduleError("spec.schedule is empty")
-    if text.startswith("@every"):
-        rest = text[len("@every") :].strip()
-        if not rest:
-            raise ScheduleError(f"{text!r}: @every needs a duration, e.g. @every 1h30m")
-        return EverySchedule(text, rest)
-    if text.startswith("@") and text not in MACROS:
-        raise ScheduleError(
-            f"{text!r} is not a known macro; use one of {', '.join(MACROS)} or @every <duration>"
-        )
-    return CronSchedule(text)
-
-
-# --------------------------------------------------------------------------------------------
-# Backups
+# The backups it makes
 # --------------------------------------------------------------------------------------------
 
 
@@ -182,51 +75,6 @@ def backup_name(schedule_name, scheduled):
     digest = hashlib.sha256(schedule_name.encode()).hexdigest()[:8]
     head = schedule_name[: MAX_NAME - len(suffix) - len(digest) - 1].rstrip("-.")
     return f"{head}-{digest}{suffix}"
-
-
-def phase(backup):
-    return (backup.get("status") or {}).get("phase") or "Pending"
-
-
-def condition(obj, ctype):
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") == ctype:
-            return cond
-    return {}
-
-
-def is_active(backup):
-    """Not finished: Pending (no status yet), Running, or a phase this code does not know."""
-    return phase(backup) not in FINISHED
-
-
-def failed_verification(backup):
-    """Verification found the snapshot bad. Verified False for a retryable reason (the object
-    could not be read, the pod could not run) says nothing about the snapshot: the etcdbackup
-    role tries again, and meanwhile the backup counts like an unverified one."""
-    verified = condition(backup, "Verified")
-    return verified.get("status") == "False" and verified.get("reason") not in RETRYABLE_REASONS
-
-
-def is_good(backup):
-    """Completed, and not found bad by verification (unverified counts as good)."""
-    return phase(backup) == "Completed" and not failed_verification(backup)
-
-
-def is_verified(backup):
-    return phase(backup) == "Completed" and condition(backup, "Verified").get("status") == "True"
-
-
-def scheduled_time(backup):
-    meta = backup.get("metadata") or {}
-    return parse_time((meta.get("annotations") or {}).get(SCHEDULED_TIME_ANNOTATION)) or parse_time(
-        meta.get("creationTimestamp")
-    )
-
-
-def _order_key(backup):
-    stamp = scheduled_time(backup) or datetime.datetime.min.replace(tzinfo=UTC)
-    return (stamp, backup["metadata"]["name"])
 
 
 def same_source(a, b):
@@ -242,69 +90,6 @@ def describe_source(spec):
     if source.get("clusterName"):
         return f"EtcdCluster {source['clusterName']}"
     return source.get("clusterURL") or "the source"
-
-
-def _failure_message(backup):
-    if phase(backup) == "Failed":
-        message = condition(backup, "Failed").get("message") or "no reason recorded"
-        return f"the last backup {backup['metadata']['name']} failed: {message}"
-    message = condition(backup, "Verified").get("message") or "no reason recorded"
-    return f"the last backup {backup['metadata']['name']} failed verification: {message}"
-
-
-def retention(own, spec_retention, now, max_prunes):
-    """Which of the schedule's backups to prune: ``(prune, more, kept_good, expiry)``.
-
-    - good backups (Completed, not failed verification): the ``maxBackups`` newest are kept,
-      minus those older than ``maxAge``; the newest verified one (the newest good one when none
-      is verified) is always kept, even beyond those limits;
-    - bad backups (Failed, or failed verification) never count toward ``maxBackups``: one is
-      kept while no newer backup of the schedule has finished, then pruned;
-    - a backup that has not finished is never pruned.
-    At most ``max_prunes`` are returned (``more`` says whether others wait). ``expiry`` is
-    when the next kept backup will pass ``maxAge`` (None without one). Raises ``ValueError``
-    for a ``maxAge`` that is not a duration.
-    """
-    spec_retention = spec_retention or {}
-    max_backups = spec_retention.get("maxBackups")
-    max_age = spec_retention.get("maxAge")
-    max_age_delta = None
-    if max_age:
-        max_age_delta = datetime.timedelta(microseconds=parse_duration(max_age) // 1000)
-    ordered = sorted(own, key=_order_key, reverse=True)  # newest first
-    good = [b for b in ordered if is_good(b)]
-    verified = [b for b in good if is_verified(b)]
-    protected = (verified or good or [None])[0]
-
-    prune = []
-    kept_good = []
-    expiry = None
-    for index, backup in enumerate(good):
-        age_limit = scheduled_time(backup) + max_age_delta if max_age_delta else None
-        reason = None
-        if max_backups is not None and index >= int(max_backups):
-            reason = f"retention.maxBackups is {max_backups} and {index} newer backups completed"
-        elif age_limit is not None and age_limit <= now:
-            reason = f"older than retention.maxAge ({max_age})"
-        if reason and backup is not protected:
-            prune.append((backup, reason))
-            continue
-        kept_good.append(backup)
-        if age_limit is not None and backup is not protected and age_limit > now:
-            expiry = age_limit if expiry is None else min(expiry, age_limit)
-
-    newest_finished = None
-    for backup in ordered:
-        if not is_active(backup):
-            if newest_finished is not None and not is_good(backup):
-                what = "failed" if phase(backup) == "Failed" else "failed verification"
-                prune.append(
-                    (backup, f"it {what} and a newer backup ({newest_finished}) has finished")
-                )
-            newest_finished = newest_finished or backup["metadata"]["name"]
-    # Oldest first: when capped, what goes first is what matters least.
-    prune.sort(key=lambda item: _order_key(item[0]))
-    return prune[:max_prunes], len(prune) > max_prunes, kept_good, expiry
 
 
 def template_error(template):
@@ -324,19 +109,6 @@ def template_error(template):
     except ObjectStoreError as exc:
         return f"destination.objectURLTemplate: {exc}"
     return None
-
-
-def _prune_entry(backup, reason):
-    spec, status = backup.get("spec") or {}, backup.get("status") or {}
-    # A failed backup stored nothing: an upload that fails leaves no object (qk_objectstore).
-    object_url = status.get("objectURL") if phase(backup) == "Completed" else None
-    return {
-        "name": backup["metadata"]["name"],
-        "uid": backup["metadata"].get("uid"),
-        "object_url": object_url,
-        "credentials_secret": (spec.get("destination") or {}).get("credentialsSecret"),
-        "reason": reason,
-    }
 
 
 def _condition(ctype, status, reason, message):
@@ -395,10 +167,10 @@ def plan(
 
     live = [b for b in backups if not (b.get("metadata") or {}).get("deletionTimestamp")]
     own = [b for b in live if (b["metadata"].get("labels") or {}).get(SCHEDULE_LABEL) == name]
-    own_active = sorted((b for b in own if is_active(b)), key=_order_key)
+    own_active = sorted((b for b in own if is_active(b)), key=order_key)
     blocking = sorted(
         (b for b in live if is_active(b) and same_source(b.get("spec"), template)),
-        key=_order_key,
+        key=order_key,
     )
 
     # The last scheduled time: the status, or a backup created by a run that was interrupted
@@ -514,13 +286,13 @@ def plan(
 
     # -- what goes --------------------------------------------------------------------------
     prune, more, kept_good, expiry = retention(own, retention_spec, now, max_prunes)
-    result["prune"] = [_prune_entry(b, reason) for b, reason in prune]
-    result["kept_good"] = sorted(kept_good, key=_order_key, reverse=True)
-    finished = sorted((b for b in own if not is_active(b)), key=_order_key, reverse=True)
+    result["prune"] = [prune_entry(b, reason) for b, reason in prune]
+    result["kept_good"] = sorted(kept_good, key=order_key, reverse=True)
+    finished = sorted((b for b in own if not is_active(b)), key=order_key, reverse=True)
     pruned_names = {p["name"] for p in result["prune"]}
     finished = [b for b in finished if b["metadata"]["name"] not in pruned_names]
     result["failure"] = (
-        _failure_message(finished[0]) if finished and not is_good(finished[0]) else None
+        failure_message(finished[0]) if finished and not is_good(finished[0]) else None
     )
 
     # -- when to look again -----------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import os
@@ -10,6 +11,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -81,14 +83,44 @@ def snapshot_status(etcd_version, path):
     return json.loads(out.stdout)
 
 
-def http_json(url, timeout=2.0):
-    with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback test URL
+def http_json(url, timeout=2.0, context=None):
+    with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:  # noqa: S310 - loopback test URL
         return json.loads(resp.read().decode())
 
 
+@dataclasses.dataclass(frozen=True)
+class ClientTLS:
+    """PEM files for members that serve their clients with TLS and require a client
+    certificate (``--client-cert-auth``), with a client certificate the CA signed: the
+    harness's own health checks present it."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+    def member_flags(self):
+        return [
+            "--cert-file",
+            str(self.server_cert),
+            "--key-file",
+            str(self.server_key),
+            "--trusted-ca-file",
+            str(self.ca),
+            "--client-cert-auth",
+        ]
+
+    def ssl_context(self):
+        context = ssl.create_default_context(cafile=str(self.ca))
+        context.load_cert_chain(str(self.client_cert), str(self.client_key))
+        return context
+
+
 class EtcdNode:
-    def __init__(self, name, base):
+    def __init__(self, name, base, scheme="http"):
         self.name = name
+        self.scheme = scheme
         self.client_port = free_port()
         self.peer_port = free_port()
         # What the member advertises to clients; None: where it listens.
@@ -99,7 +131,7 @@ class EtcdNode:
 
     @property
     def client_url(self):
-        return f"http://127.0.0.1:{self.client_port}"
+        return f"{self.scheme}://127.0.0.1:{self.client_port}"
 
     @property
     def peer_url(self):
@@ -116,9 +148,13 @@ class EtcdNode:
 
 
 class EtcdCluster:
-    def __init__(self, binary, version, base):
+    def __init__(self, binary, version, base, tls=None):
+        """``tls``: a ClientTLS for members that serve clients on https:// only (the peers
+        stay on plain http)."""
         self.binary = Path(binary)
         self.version = version
+        self.tls = tls
+        self._client_ssl = tls.ssl_context() if tls else None
         self.base = Path(base)
         self.base.mkdir(parents=True, exist_ok=True)
         self.token = f"qk-{os.getpid()}-{id(self)}"
@@ -155,6 +191,8 @@ class EtcdCluster:
             "--election-timeout",
             "500",
         ]
+        if self.tls:
+            args += self.tls.member_flags()
         log = open(node.log_path, "ab")  # noqa: SIM115 - closed with the process
         node.proc = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -165,7 +203,7 @@ class EtcdCluster:
         """``advertise_client_url(node)``, when given, is what each member advertises."""
         names = [f"{prefix}{i}" for i in range(n)]
         for name in names:
-            self.nodes[name] = EtcdNode(name, self.base)
+            self.nodes[name] = self._node(name)
             if advertise_client_url:
                 self.nodes[name].advertise_client_url = advertise_client_url(self.nodes[name])
         initial = ",".join(f"{nm}={self.nodes[nm].peer_url}" for nm in names)
@@ -183,9 +221,12 @@ class EtcdCluster:
         return node
 
     def new_node(self, name):
-        node = EtcdNode(name, self.base)
+        node = self._node(name)
         self.nodes[name] = node
         return node
+
+    def _node(self, name):
+        return EtcdNode(name, self.base, "https" if self.tls else "http")
 
     def stop(self, name):
         node = self.nodes[name]
@@ -228,14 +269,22 @@ class EtcdCluster:
     def wait_healthy(self, name, timeout=30.0):
         self._wait(
             name,
-            lambda n: http_json(n.client_url + "/health").get("health") == "true",
+            lambda n: (
+                http_json(n.client_url + "/health", context=self._client_ssl).get("health")
+                == "true"
+            ),
             "healthy",
             timeout,
         )
 
     def wait_serving(self, name, timeout=30.0):
         self._wait(
-            name, lambda n: "etcdserver" in http_json(n.client_url + "/version"), "up", timeout
+            name,
+            lambda n: (
+                "etcdserver" in http_json(n.client_url + "/version", context=self._client_ssl)
+            ),
+            "up",
+            timeout,
         )
 
     # -- views ---------------------------------------------------------------------------------

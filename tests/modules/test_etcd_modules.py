@@ -5,13 +5,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 
 import etcdharness
 
 
 def members_by_name(cluster):
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         members, _, _ = client.member_list()
     return {m["name"] or m["peer_urls"][0]: m for m in members}
 
@@ -192,7 +195,7 @@ def test_remove_leader_moves_leadership(etcd_factory, run_module):
     assert leader["name"] not in members_by_name(cluster)
 
     remaining = [n for n in cluster.nodes if n != leader["name"]]
-    with EtcdClient(cluster.endpoints(remaining), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.endpoints(remaining), timeout=5)) as client:
         client.put("qk/after-leader-removal", "ok")
         assert client.get("qk/after-leader-removal") == b"ok"
     cluster.stop(leader["name"])
@@ -300,7 +303,9 @@ def test_bad_endpoint_is_reported(bad, tmp_path):
 def test_module_utils_direct(etcd_factory):
     """The sync wrapper itself: status per member, put/get, member list failover."""
     cluster = etcd_factory(3)
-    with EtcdClient(["http://127.0.0.1:1"] + cluster.endpoints(), timeout=2) as client:
+    with etcd_client(
+        ConnectionProfile(["http://127.0.0.1:1"] + cluster.endpoints(), timeout=2)
+    ) as client:
         members, used, errors = client.member_list()
         assert used == cluster.nodes["n0"].client_url
         assert "http://127.0.0.1:1" in errors
@@ -319,14 +324,14 @@ def test_member_list_does_not_wait_for_a_member_that_hangs(etcd_factory):
     import signal
 
     cluster = etcd_factory(3)
-    with EtcdClient(cluster.endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=5)) as client:
         info = wait_for(lambda: (i := client.cluster_info())["healthy"] and i, what="healthy")
     # A follower: stopping the leader would make the others wait for an election instead.
     follower = next(m["name"] for m in info["members"] if not m["is_leader"])
     hung = cluster.nodes[follower]
     os.kill(hung.proc.pid, signal.SIGSTOP)
     try:
-        with EtcdClient(cluster.endpoints(), timeout=10) as client:
+        with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=10)) as client:
             started = time.monotonic()
             members, used, _ = client.member_list()
             elapsed = time.monotonic() - started
@@ -350,7 +355,7 @@ def test_member_list_without_quorum_does_not_wait_out_the_timeout(etcd_factory):
     for node in lost:
         os.kill(node.proc.pid, signal.SIGSTOP)
     try:
-        with EtcdClient(cluster.endpoints(), timeout=10) as client:
+        with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=10)) as client:
             wait_for(
                 lambda: not client.status(survivor.client_url)["leader_int"],
                 what="the survivor to notice it has no leader",

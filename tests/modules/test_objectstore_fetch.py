@@ -13,7 +13,10 @@ import sys
 
 import minioharness
 import pytest
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     download,
@@ -53,7 +56,7 @@ def s3_url(endpoint, key, bucket=BUCKET):
 def store_snapshot(cluster, url, keys=30, credentials=None):
     """Fill a real etcd with ``keys`` keys and upload its snapshot to ``url`` the way backups
     do (sha256 metadata); the upload result."""
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         for i in range(keys):
             client.put(f"/fetch/{i:03d}", f"value-{i}")
         chunks = client.snapshot(cluster.running_endpoints()[0], timeout=60)

@@ -11,7 +11,10 @@ import os
 import subprocess
 import sys
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 
 import etcdharness
 
@@ -40,7 +43,7 @@ def test_write_fetch_and_delete_a_snapshot_in_a_claim(etcd_factory, etcd_version
     claim.mkdir()
     cluster = etcd_factory(1)
     endpoint = cluster.running_endpoints()[0]
-    with EtcdClient([endpoint], timeout=5) as client:
+    with etcd_client(ConnectionProfile([endpoint], timeout=5)) as client:
         for i in range(25):
             client.put(f"/pvc/{i:03d}", f"value-{i}")
     url = "pvc://etcd-backups/c1/snap.db"

@@ -12,7 +12,10 @@ import json
 
 import minioharness
 import pytest
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
     delete,
@@ -54,7 +57,7 @@ def s3_url(s3_endpoint, key):
 
 
 def fill(cluster, keys=50):
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         for i in range(keys):
             client.put(f"/data/{i:04d}", f"value-{i}")
         return client.cluster_info()

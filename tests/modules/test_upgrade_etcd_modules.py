@@ -3,7 +3,10 @@ handed to a chosen member (etcd_member state=leader) and the alarms the upgrade 
 
 from __future__ import annotations
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 from test_etcd_modules import info
 
 
@@ -44,5 +47,5 @@ def test_leadership_is_not_handed_to_a_member_that_is_down(etcd_factory, run_mod
 
 def test_no_alarm_on_a_healthy_cluster(etcd_factory, etcd_version):
     cluster = etcd_factory(1)
-    with EtcdClient(cluster.endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=5)) as client:
         assert client.alarms() == []

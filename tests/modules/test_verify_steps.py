@@ -12,7 +12,10 @@ import sys
 import time
 
 import pytest
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import EtcdClient
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     container_failure,
 )
@@ -162,7 +165,7 @@ def served(endpoint, recorded_revision, deadline=30):
     end = time.monotonic() + deadline
     while True:
         try:
-            with EtcdClient([endpoint], timeout=2) as client:
+            with etcd_client(ConnectionProfile([endpoint], timeout=2)) as client:
                 keys, revision = client.key_count(endpoint)
                 at_recorded, _ = client.key_count(endpoint, recorded_revision)
                 return {"revision": revision, "keys": keys}, at_recorded
@@ -174,7 +177,7 @@ def served(endpoint, recorded_revision, deadline=30):
 
 def test_snapshot_records_the_key_count_at_its_revision(etcd_factory, run_module, s3, s3_endpoint):
     cluster = etcd_factory(1)
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         for i in range(12):
             client.put(f"/k/{i}", "v")
     res, _ = take_backup(run_module, cluster, s3_endpoint, "count.db")
@@ -186,12 +189,12 @@ def test_verification_steps_restore_and_serve_the_backup(
     etcd_factory, etcd_version, run_module, s3, s3_endpoint, local_pod
 ):
     cluster = etcd_factory(3)
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         for i in range(40):
             client.put(f"/data/{i:03d}", f"value-{i}")
     res, backup = take_backup(run_module, cluster, s3_endpoint, f"{etcd_version}.db")
     assert res["keys"] == 40
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         client.put("/after/the/backup", "not in the snapshot")
 
     pod = local_pod(backup, etcd_version)
@@ -203,7 +206,9 @@ def test_verification_steps_restore_and_serve_the_backup(
     assert judge(snapshot, now, res["revision"], res["keys"], at_recorded) is None
     assert now["keys"] == 40 and at_recorded == 40
     assert now["revision"] == snapshot["revision"] >= res["revision"]
-    with EtcdClient([f"http://127.0.0.1:{pod.client_port}"], timeout=5) as client:
+    with etcd_client(
+        ConnectionProfile([f"http://127.0.0.1:{pod.client_port}"], timeout=5)
+    ) as client:
         assert client.get("/data/007") == b"value-7"
         assert client.get("/after/the/backup") is None
 
@@ -214,7 +219,7 @@ def test_a_damaged_snapshot_with_a_matching_sha256_is_refused_by_etcds_own_hash(
     """The store's copy is damaged and its recorded SHA-256 was rewritten to match (what a
     tampered object looks like): fetch passes; etcd's integrity hash in the snapshot does not."""
     cluster = etcd_factory(1)
-    with EtcdClient(cluster.running_endpoints(), timeout=5) as client:
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
         for i in range(20):
             client.put(f"/data/{i}", "v" * 100)
     _, backup = take_backup(run_module, cluster, s3_endpoint, "damaged.db")

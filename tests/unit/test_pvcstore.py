@@ -8,7 +8,13 @@ import hashlib
 import io
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    PROFILE_ENV,
+    ConnectionProfile,
+    profile_from_env,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
+    OBJECTSTORE_ENV,
     PVC_MOUNT,
     backup_claim,
     snapshot_volumes,
@@ -74,6 +80,22 @@ def test_writer_pod_mounts_the_claim_read_write_and_streams_from_the_member():
         "600",
     ]
     assert container["volumeMounts"] == [{"name": "backup-claim", "mountPath": PVC_MOUNT}]
+    # No profile: a plain connection, said as such (the pod's etcd timeout is the default).
+    assert container["env"][: len(OBJECTSTORE_ENV)] == OBJECTSTORE_ENV
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert profile_from_env(environ=env) == ConnectionProfile()
+
+
+def test_the_writer_pod_is_given_the_modules_connection_profile_without_its_endpoints():
+    profile = ConnectionProfile(
+        ["http://main-client.prod.svc:2379"], timeout=7, ca_cert="/etc/etcd/ca.crt"
+    )
+    pod = writer_pod(URL, "prod", IMAGE, "http://main-0.main.prod.svc:2379", profile=profile)
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert set(env) == {e["name"] for e in OBJECTSTORE_ENV} | {PROFILE_ENV}
+    # The pod dials the member it is told (--endpoint), with everything else of the profile.
+    pods_profile = profile_from_env(["http://main-0.main.prod.svc:2379"], environ=env)
+    assert pods_profile == profile.with_endpoints(["http://main-0.main.prod.svc:2379"])
 
 
 def test_deleter_pod_and_names():

@@ -15,13 +15,17 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore impor
     RESTORE_PEER_LABEL,
     describe_failure,
     plan_restore,
-    render_restore_pod,
-    render_restored_cluster,
-    render_restored_pvc,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe import (
     resolve_source,
     summarize_cluster,
     summarize_restore_pod,
     target_claims,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_render import (
+    render_restore_pod,
+    render_restored_cluster,
+    render_restored_pvc,
 )
 
 UID = "0d3c5e2a-1111-2222-3333-444455556666"

@@ -8,14 +8,18 @@ import datetime
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule import (
     SCHEDULE_LABEL,
-    SCHEDULED_TIME_ANNOTATION,
-    ScheduleError,
     backup_name,
     finish,
-    format_time,
-    parse_schedule,
     plan,
     template_error,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_retention import (
+    SCHEDULED_TIME_ANNOTATION,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time import (
+    ScheduleError,
+    format_time,
+    parse_schedule,
 )
 
 UTC = datetime.UTC
