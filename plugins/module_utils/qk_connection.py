@@ -117,7 +117,12 @@ def profile_from_env(endpoints=None, environ=None) -> ConnectionProfile:
 
 def profile_env(profile: ConnectionProfile) -> list[dict]:
     """The container env that gives a helper pod ``profile`` (without its endpoints, which
-    the pod is told separately)."""
+    the pod is told separately). A pod spec is readable by anyone who may read pods: an etcd
+    password must reach a pod through a Secret, never in its spec."""
+    if profile.password:
+        raise ValueError(
+            "etcd credentials reach a helper pod through a Secret, never in its pod spec"
+        )
     return [{"name": PROFILE_ENV, "value": profile.with_endpoints(()).to_json()}]
 
 
