@@ -125,4 +125,4 @@ def test_profile_from_module_options_and_for_helper_pods():
         profile_env(ConnectionProfile(("http://e",), username="u", password="p"))
     with pytest.raises(ValueError):
         ConnectionProfile(("http://e",), client_cert="/c")
-    assert "p" not in repr(ConnectionProfile(("http://e",), username="u", password="p"))
+    assert "s3cret" not in repr(ConnectionProfile(("http://e",), username="u", password="s3cret"))
