@@ -155,11 +155,13 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     now_timestamp,
     ordinal_of,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdOperationError,
     EtcdUnreachable,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members import (
     quorum_summary,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (

@@ -123,7 +123,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
     etcd_client,
     profile_from_params,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ERR_LEARNER_NOT_READY,
     ERR_MEMBER_NOT_FOUND,
     ERR_NOT_ENOUGH_STARTED,
@@ -134,10 +134,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     HAS_ETCD3AIO,
     EtcdOperationError,
     EtcdUnreachable,
+    is_transient_cluster_error,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members import (
     describe_member,
     find_member,
     initial_cluster,
-    is_transient_cluster_error,
     pick_new_leader,
     preferred_endpoints,
     public_member,

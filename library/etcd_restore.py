@@ -149,7 +149,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     API_VERSION,
     ClusterNetwork,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     describe_error,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (

@@ -146,7 +146,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
     etcd_client,
     profile_from_params,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     EtcdUnreachable,

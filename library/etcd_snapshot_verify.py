@@ -148,7 +148,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
     profile_from_params,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import image_reference
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
     describe_error,

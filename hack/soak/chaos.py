@@ -45,7 +45,7 @@ for _path in (ROOT / "hack" / "cluster", ROOT / "collections"):
         sys.path.insert(0, str(_path))
 
 import faults  # noqa: E402  (hack/cluster/faults.py)
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_etcd  # noqa: E402
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_etcd_errors  # noqa: E402
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (  # noqa: E402
     ConnectionProfile,
     etcd_client,
@@ -339,7 +339,7 @@ class Soak:
         with etcd_client(ConnectionProfile(endpoints, timeout=2)) as etcd:
             try:
                 members, _, _ = etcd.member_list()
-            except qk_etcd.EtcdUnreachable as error:
+            except qk_etcd_errors.EtcdUnreachable as error:
                 return [f"etcd member list: {error}"]
             problems = []
             voters = [m for m in members if not m["is_learner"] and m["name"]]
@@ -357,7 +357,7 @@ class Soak:
                 try:
                     status = etcd.status(f"http://{ip}:2379")
                 except Exception as error:  # noqa: BLE001 - reported as the reason to wait
-                    problems.append(f"member {m['name']}: {qk_etcd.describe_error(error)}")
+                    problems.append(f"member {m['name']}: {qk_etcd_errors.describe_error(error)}")
                     continue
                 leaders.add(status["leader"])
                 if status["errors"]:

@@ -23,8 +23,9 @@ CREDENTIALS_DIR = "/var/run/secrets/quorumkeeper/store"
 SNAPSHOT_VOLUME = "snapshot"
 CREDENTIALS_VOLUME = "store-credentials"
 CLAIM_VOLUME = "backup-claim"
-# Where pods mount the claim of a pvc:// URL: qk_objectstore.PVC_MOUNT (not imported: that
-# module loads the S3 and GCS clients).
+# Where pods mount the claim of a pvc:// URL: qk_objectstore_pvc.PVC_MOUNT, which QK_CLAIM_MOUNT
+# moves for the command line's tests outside a pod; the pods rendered here always mount at this
+# path (tests/unit/test_pvcstore.py checks that the two agree).
 PVC_MOUNT = "/var/run/quorumkeeper/claim"
 # How helper pods run qk_objectstore from the operator image: as a module of the collection the
 # Dockerfile copies to COLLECTIONS_DIR, so that it imports the etcd connection as the operator's

@@ -20,11 +20,12 @@ import sys
 import grpc.aio
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    PROFILE_ENV,
     ConnectionProfile,
     etcd_client,
     profile_env,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     EtcdOperationError,
     EtcdUnreachable,
 )
@@ -296,8 +297,10 @@ def test_the_modules_credentials_reach_the_client(auth_member, run_module):
 def test_a_writer_pods_profile_reaches_a_member_with_tls_and_authentication(
     tls_member, pki, tmp_path
 ):
-    """What the pvc:// writer pod runs, with the env qk_pvcstore.writer_pod gives it: a profile
-    with TLS files and credentials reaches its etcd client without another call site."""
+    """What the pvc:// writer pod runs, with the profile in its environment: TLS files and
+    credentials reach its etcd client without another call site. The pod spec itself never
+    carries a password (profile_env refuses one): credentials are to come from a Secret into
+    the same variable, as the JSON written here."""
     enable_auth(tls_member, ROOT_PASSWORD, tls=pki)
     profile = ConnectionProfile(
         [tls_member],
@@ -319,7 +322,9 @@ def test_a_writer_pods_profile_reaches_a_member_with_tls_and_authentication(
         "HOME": str(tmp_path),
         "QK_CLAIM_MOUNT": str(claim),
     }
-    env.update({e["name"]: e["value"] for e in profile_env(profile)})
+    with pytest.raises(ValueError, match="Secret"):
+        profile_env(profile)
+    env[PROFILE_ENV] = profile.with_endpoints(()).to_json()
     assert tls_member not in env["QK_ETCD_CONNECTION"], "the pod is told its endpoint apart"
     url = "pvc://backups/c/snap.db"
     res = subprocess.run(

@@ -20,10 +20,14 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore i
     ObjectStoreError,
     delete,
     parse_object_url,
-    s3_client,
     stat,
     upload,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore_gcs import (
     upload_gcs,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore_s3 import (
+    s3_client,
     upload_s3,
 )
 from damaging_s3 import NoTaggingMotoServer, NothingRecordedMotoServer, PartRefusingMotoServer

@@ -14,6 +14,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore i
     ObjectStoreError,
     parse_object_url,
     render_object_url,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore_transfer import (
     send_parts,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (

@@ -20,14 +20,16 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods i
     snapshot_volumes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
+    ObjectStoreError,
+    parse_object_url,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore_pvc import (
     PVC_MOUNT as OBJECTSTORE_PVC_MOUNT,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
-    ObjectStoreError,
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore_pvc import (
     claim_file,
     delete_file,
     download_file,
-    parse_object_url,
     upload_file,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_pvcstore import (

@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import quorum_size
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members import (
     endpoint_target,
     find_member,
     initial_cluster,
@@ -9,7 +10,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd import (
     member_id_hex,
     parse_member_id,
     pick_new_leader,
-    quorum_size,
     quorum_summary,
     removal_check,
 )
