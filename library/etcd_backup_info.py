@@ -107,6 +107,11 @@ verification_due:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_DOMAIN,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
     KubeError,
@@ -118,8 +123,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
     "namespace": {"type": "str", "required": True},
-    "cluster_domain": {"type": "str", "default": "cluster.local"},
-    "client_port": {"type": "int", "default": 2379},
+    "cluster_domain": {"type": "str", "default": DEFAULT_DOMAIN},
+    "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
 }
 
 
@@ -130,9 +135,7 @@ def main():
     )
     p = module.params
     try:
-        backup = direct_client().get(
-            "etcd.quorumkeeper.dev/v1alpha1", "EtcdBackup", p["name"], p["namespace"]
-        )
+        backup = direct_client().get(API_VERSION, "EtcdBackup", p["name"], p["namespace"])
     except (KubeError, KubeConfigError) as exc:
         module.fail_json(msg=f"cannot read EtcdBackup {p['namespace']}/{p['name']}: {exc}")
     if backup is None:

@@ -43,17 +43,9 @@ options:
     description: etcd client port.
     type: int
     default: 2379
-  api_version:
-    description: apiVersion of EtcdCluster and EtcdPeer.
-    type: str
-    default: etcd.quorumkeeper.dev/v1alpha1
-  kubeconfig:
-    description: A kubeconfig for every call (default, ansible-operator's proxy and the API server).
-    type: path
-  context:
-    description: kubeconfig context to use with I(kubeconfig).
-    type: str
 extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
   - quorumkeeper.etcd.etcd_connection
 requirements: [etcd3aio, PyYAML]
 """
@@ -150,6 +142,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption im
     summarize_pdb,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_DOMAIN,
     ClusterNetwork,
     data_lost,
     now_timestamp,
@@ -165,6 +160,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members 
     quorum_summary,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     operator_clients,
@@ -381,11 +377,10 @@ ARGUMENT_SPEC = {
     **connection_argument_spec(endpoints_required=False),
     "name": {"type": "str", "required": True},
     "namespace": {"type": "str", "required": True},
-    "cluster_domain": {"type": "str", "default": "cluster.local"},
-    "client_port": {"type": "int", "default": 2379},
-    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "cluster_domain": {"type": "str", "default": DEFAULT_DOMAIN},
+    "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

@@ -36,16 +36,9 @@ options:
     description: Member pods a voluntary disruption may take at once.
     type: int
     required: true
-  api_version:
-    description: apiVersion of EtcdCluster.
-    type: str
-    default: etcd.quorumkeeper.dev/v1alpha1
-  kubeconfig:
-    description: A kubeconfig for every call (default, the API server itself).
-    type: path
-  context:
-    description: kubeconfig context to use with I(kubeconfig).
-    type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
 requirements: [PyYAML]
 """
 
@@ -80,7 +73,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_disruption im
     render_pdb,
     summarize_pdb,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     api_client,
@@ -128,9 +123,8 @@ ARGUMENT_SPEC = {
     "namespace": {"type": "str", "required": True},
     "owner_uid": {"type": "str", "required": True},
     "max_unavailable": {"type": "int", "required": True},
-    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

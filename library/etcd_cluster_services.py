@@ -35,12 +35,8 @@ options:
     description: etcd peer port.
     type: int
     default: 2380
-  kubeconfig:
-    description: A kubeconfig for every call (default, ansible-operator's proxy and the API server).
-    type: path
-  context:
-    description: kubeconfig context to use with I(kubeconfig).
-    type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
 requirements: [PyYAML]
 """
 
@@ -65,7 +61,12 @@ patched:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_PEER_PORT,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     operator_clients,
@@ -135,10 +136,9 @@ def ensure(module, cached, direct):
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
     "namespace": {"type": "str", "required": True},
-    "client_port": {"type": "int", "default": 2379},
-    "peer_port": {"type": "int", "default": 2380},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
+    "peer_port": {"type": "int", "default": DEFAULT_PEER_PORT},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

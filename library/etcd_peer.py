@@ -84,19 +84,15 @@ options:
         member's pod (see C(qk_members.DEFAULTS)); the roles pass their defaults.
     type: dict
     default: {}
-  api_version:
-    description: apiVersion of EtcdPeer.
-    type: str
-    default: etcd.quorumkeeper.dev/v1alpha1
   kubeconfig:
     description:
       - >-
         A kubeconfig for every call. Default: ansible-operator's proxy (C(K8S_AUTH_KUBECONFIG))
         for reads and owned creations, the API server itself for the claim and ReplicaSet.
     type: path
-  context:
-    description: kubeconfig context to use with I(kubeconfig).
-    type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
 requirements: [PyYAML]
 """
 
@@ -161,7 +157,9 @@ deleting:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     operator_clients,
@@ -389,9 +387,8 @@ ARGUMENT_SPEC = {
     "update_image": {"type": "bool", "default": False},
     "wait_timeout": {"type": "float", "default": 120},
     "settings": {"type": "dict", "default": {}},
-    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

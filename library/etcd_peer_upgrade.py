@@ -52,16 +52,9 @@ options:
         it does to etcd_peer, so that both render the same ReplicaSet.
     type: dict
     default: {}
-  api_version:
-    description: apiVersion of EtcdPeer.
-    type: str
-    default: etcd.quorumkeeper.dev/v1alpha1
-  kubeconfig:
-    description: A kubeconfig for every call (default, the API server itself).
-    type: path
-  context:
-    description: kubeconfig context to use with I(kubeconfig).
-    type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
 requirements: [PyYAML]
 """
 
@@ -104,8 +97,12 @@ gone:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import image_reference
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    image_reference,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     api_client,
@@ -255,9 +252,8 @@ ARGUMENT_SPEC = {
     "repository": {"type": "str"},
     "wait_timeout": {"type": "float", "default": 120},
     "settings": {"type": "dict", "default": {}},
-    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

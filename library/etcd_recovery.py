@@ -54,21 +54,17 @@ options:
   cluster_spec:
     description: The EtcdCluster's spec, the restore's clusterTemplate.
     type: dict
-  api_version:
-    description: API version of the etcd custom resources.
-    type: str
-    default: etcd.quorumkeeper.dev/v1alpha1
   kubeconfig:
     description:
       - >-
         A kubeconfig for every call. Default: ansible-operator's proxy (C(K8S_AUTH_KUBECONFIG))
         for the create, the API server itself for everything else.
     type: path
-  context:
-    description: kubeconfig context to use with I(kubeconfig).
-    type: str
 author:
   - quorumkeeper contributors
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
 """
 
 EXAMPLES = r"""
@@ -110,7 +106,9 @@ deleted:
 import copy
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     operator_clients,
@@ -241,9 +239,8 @@ ARGUMENT_SPEC = {
     "backup": {"type": "str"},
     "restore": {"type": "str"},
     "cluster_spec": {"type": "dict"},
-    "api_version": {"type": "str", "default": "etcd.quorumkeeper.dev/v1alpha1"},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

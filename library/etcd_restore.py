@@ -147,6 +147,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     API_VERSION,
+    DEFAULT_CLIENT_PORT,
+    DEFAULT_DOMAIN,
     ClusterNetwork,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
@@ -412,8 +414,8 @@ ARGUMENT_SPEC = {
     "verify": {"type": "bool", "default": True},
     "operator_image": {"type": "str"},
     "keep_pods": {"type": "list", "elements": "str", "default": []},
-    "cluster_domain": {"type": "str", "default": "cluster.local"},
-    "client_port": {"type": "int", "default": 2379},
+    "cluster_domain": {"type": "str", "default": DEFAULT_DOMAIN},
+    "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
 }
 
 

@@ -66,13 +66,8 @@ options:
     description: Leave the pod in place afterwards (for debugging); it is deleted by default.
     type: bool
     default: false
-  kubeconfig:
-    description: Path to a kubeconfig (default the API server itself, see qk_kube).
-    type: path
-  context:
-    description: kubeconfig context.
-    type: str
 extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.etcd_connection
 requirements: [etcd3aio, PyYAML]
 notes:
@@ -147,7 +142,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
     etcd_client,
     profile_from_params,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import image_reference
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    DEFAULT_CLIENT_PORT,
+    image_reference,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
@@ -160,6 +158,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods i
     running_step,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeConfigError,
     KubeError,
     api_client,
@@ -354,11 +353,10 @@ ARGUMENT_SPEC = {
     "etcd_repository": {"type": "str"},
     "timeout": {"type": "float", "default": 180.0},
     "etcd_timeout": {"type": "float", "default": 5.0},
-    "client_port": {"type": "int", "default": 2379},
+    "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
     "resources": {"type": "dict"},
     "keep_pod": {"type": "bool", "default": False},
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
 }
 
 

@@ -57,12 +57,8 @@ options:
         object that may be deleted while they work.
     type: bool
     default: false
-  kubeconfig:
-    description: Path to a kubeconfig file.
-    type: path
-  context:
-    description: kubeconfig context to use.
-    type: str
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
 requirements: [PyYAML]
 """
 

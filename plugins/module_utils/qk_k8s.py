@@ -14,6 +14,7 @@ import socket
 import time
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
     KubeError,
     now_rfc3339,
 )
@@ -23,8 +24,7 @@ MAX_CONFLICT_RETRIES = 5
 
 # The object a status or an Event is about, and how to reach its API server.
 OBJECT_OPTIONS = {
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
     "ignore_missing": {"type": "bool", "default": False},
     "api_version": {"type": "str", "required": True},
     "kind": {"type": "str", "required": True},

@@ -33,6 +33,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 )
 
 DEFAULT_TIMEOUT = 10.0
+# The options through which a module reaches the API server (documented once by the doc fragment
+# quorumkeeper.etcd.kube_client).
+KUBE_CLIENT_ARGUMENT_SPEC = {"kubeconfig": {"type": "path"}, "context": {"type": "str"}}
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 # Outside a cluster (``make run``, molecule) the real API server's kubeconfig, since
 # ansible-operator points KUBECONFIG at its proxy.
