@@ -211,10 +211,7 @@ ARGUMENT_SPEC = {
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
         poll = parse_duration(p["poll_period"]) / 1e9

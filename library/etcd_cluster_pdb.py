@@ -129,10 +129,7 @@ ARGUMENT_SPEC = {
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     if p["max_unavailable"] < 0:
         module.fail_json(msg=f"max_unavailable must be 0 or more, not {p['max_unavailable']}")
