@@ -390,7 +390,13 @@ def test_watches():
         assert w["playbook"] == f"playbooks/{role}.yml" and "role" not in w
         (play,) = yaml.safe_load((ROOT / w["playbook"]).read_text())
         assert play["hosts"] == "localhost" and play["gather_facts"] is False
-        assert play["roles"] == [role] and set(play) == {"name", "hosts", "gather_facts", "roles"}
+        assert play["roles"] == [role]
+        assert set(play) <= {"name", "hosts", "gather_facts", "module_defaults", "roles"}
+        # Events and status default to the reconciled object (the roles name no other).
+        for action, defaults in (play.get("module_defaults") or {}).items():
+            assert action in ("k8s_event", "k8s_status"), action
+            assert defaults["kind"] == kind and defaults["ignore_missing"] is True
+            assert defaults["name"] == "{{ ansible_operator_meta.name }}"
         assert w["reconcilePeriod"] == period
         assert w["manageStatus"] is False
         assert w["watchDependentResources"] is dependents
@@ -443,10 +449,12 @@ def test_dockerfile():
         "requirements.txt",
         "requirements.yml",
         "watches.yaml",
+        "ansible.cfg",
         "playbooks/",
         "roles/",
         "library/",
         "plugins/",
+        "collections/",
     ]
     for src, dest in copies:
         assert dest.startswith("${HOME}/"), dest
@@ -458,8 +466,9 @@ def test_dockerfile():
     req = (ROOT / "requirements.txt").read_text()
     for pkg in ("etcd3aio", "boto3", "google-cloud-storage"):
         assert pkg in req
-    assert "ANSIBLE_ROLES_PATH=/opt/ansible/roles" in text
-    assert "ANSIBLE_ACTION_PLUGINS=/opt/ansible/plugins/action" in text
+    # Plugin paths are ansible.cfg's, the one place they are set.
+    assert "ANSIBLE_CONFIG=/opt/ansible/ansible.cfg" in text
+    assert not re.search(r"ANSIBLE_(ROLES_PATH|LIBRARY|MODULE_UTILS|\w+_PLUGINS)=", text)
     assert re.search(r"^USER 1001$", text, re.M), "drop back to the base image's user"
 
 
