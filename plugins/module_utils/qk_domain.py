@@ -14,7 +14,7 @@ all made by it, so they cannot disagree.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 # --------------------------------------------------------------------------------------------
@@ -112,9 +112,6 @@ class ClusterNetwork:
             f: settings[f] for f in cls.__dataclass_fields__ if settings.get(f) not in (None, "")
         }
         return cls(**known)
-
-    def with_cluster(self, cluster: str, namespace: str | None = None) -> ClusterNetwork:
-        return replace(self, cluster=cluster, namespace=namespace or self.namespace)
 
     def member_host(self, peer: str) -> str:
         if not peer:

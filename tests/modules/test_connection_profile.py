@@ -294,6 +294,23 @@ def test_the_modules_credentials_reach_the_client(auth_member, run_module):
 # ---------------------------------------------------------------------------------------------
 
 
+def run_writer(env, *args):
+    """``qk_objectstore write`` as the pvc:// writer pod runs it, in ``env``."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore",
+            "write",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
 def test_a_writer_pods_profile_reaches_a_member_with_tls_and_authentication(
     tls_member, pki, tmp_path
 ):
@@ -327,18 +344,7 @@ def test_a_writer_pods_profile_reaches_a_member_with_tls_and_authentication(
     env[PROFILE_ENV] = profile.with_endpoints(()).to_json()
     assert tls_member not in env["QK_ETCD_CONNECTION"], "the pod is told its endpoint apart"
     url = "pvc://backups/c/snap.db"
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore",
-            *("write", "--url", url, "--endpoint", tls_member, "--timeout", "30"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    res = run_writer(env, "--url", url, "--endpoint", tls_member, "--timeout", "30")
     assert res.returncode == 0, res.stderr
     data = (claim / "c" / "snap.db").read_bytes()
     assert json.loads(res.stdout.strip().splitlines()[-1]) == {
@@ -348,18 +354,7 @@ def test_a_writer_pods_profile_reaches_a_member_with_tls_and_authentication(
 
     # Without the profile the pod cannot even verify the member's certificate, and says so.
     del env["QK_ETCD_CONNECTION"]
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore",
-            *("write", "--url", url, "--endpoint", tls_member),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    res = run_writer(env, "--url", url, "--endpoint", tls_member)
     assert res.returncode == 2
     assert "certificate is not trusted: check that ca_cert" in res.stderr, res.stderr
 

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import (
     etcd_peer_url,
     etcd_version_compare,
 )
+from ansibleenv import ansible_json_env
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -149,15 +149,7 @@ def test_filters_through_ansible(tmp_path):
         "{{ '3.6.16' | etcd_image('quay.io/coreos/etcd') }}|"
         "{{ '3.5.35' | etcd_version_compare('3.6.0', '<') }}"
     )
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_LOCALHOST_WARNING="0",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-        ANSIBLE_HOME=str(tmp_path),
-    )
+    env = ansible_json_env(tmp_path)
     ansible = str(Path(sys.executable).parent / "ansible")
     out = subprocess.run(
         [ansible, "localhost", "-m", "debug", "-a", f"msg={expr}"],

@@ -9,7 +9,6 @@ always used 2380 and 2379): etcd then waits for a peer URL nobody serves."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     render_replicaset,
 )
+from ansibleenv import ansible_json_env
 
 REPO = Path(__file__).resolve().parents[2]
 ROLE = REPO / "roles" / "etcdcluster"
@@ -54,15 +54,7 @@ def _render(tmp_path, templates: dict, extra_vars: dict, task_vars: dict) -> dic
     ]
     playbook = tmp_path / "render.yml"
     playbook.write_text(yaml.safe_dump(play))
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_LOCALHOST_WARNING="0",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-        ANSIBLE_HOME=str(tmp_path),
-    )
+    env = ansible_json_env(tmp_path)
     out = subprocess.run(
         [
             str(Path(sys.executable).parent / "ansible-playbook"),
