@@ -291,10 +291,17 @@ def observe_etcd(p, peers):
     if not peers:
         return dict(UNREACHABLE)
     live = [x for x in peers if not x["deleting"]] or peers
-    network = ClusterNetwork(p["name"], p["namespace"], p["cluster_domain"], p["client_port"])
+    profile = profile_from_params(p)
+    network = ClusterNetwork(
+        p["name"],
+        p["namespace"],
+        p["cluster_domain"],
+        p["client_port"],
+        client_scheme=profile.client_scheme,
+    )
     endpoints = network.client_urls(x["name"] for x in live)
     try:
-        with etcd_client(profile_from_params(p, endpoints=endpoints)) as client:
+        with etcd_client(profile.with_endpoints(endpoints)) as client:
             info = client.cluster_info()
             info["alarms"] = observe_alarms(client, info)
             return info

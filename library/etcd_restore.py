@@ -382,11 +382,16 @@ class Restore:
     def complete(self):
         p = self.p
         name = self.restore["spec"]["clusterName"]
+        profile = profile_from_params(p)
         endpoint = ClusterNetwork(
-            name, p["namespace"], p["cluster_domain"], p["client_port"]
+            name,
+            p["namespace"],
+            p["cluster_domain"],
+            p["client_port"],
+            client_scheme=profile.client_scheme,
         ).client_service_url()
         try:
-            with etcd_client(profile_from_params(p, endpoints=[endpoint])) as etcd:
+            with etcd_client(profile.with_endpoints([endpoint])) as etcd:
                 self.result["revision"] = etcd.revision(endpoint)
         except Exception as exc:  # noqa: BLE001 - etcd's gRPC errors, said in words
             raise StepError(

@@ -11,6 +11,10 @@ role), so that the URL etcd learns for a member is the one its pod advertises.
 from __future__ import annotations
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_domain
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    peer_tls_spec,
+    resolve,
+)
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -139,6 +143,9 @@ def etcd_peer_spec(peer, cluster_spec, state, members, naming):
     for key in ("storage", "podTemplate"):
         if cluster_spec.get(key):
             spec[key] = cluster_spec[key]
+    tls = peer_tls_spec(resolve(network.cluster, cluster_spec.get("tls")))
+    if tls:
+        spec["tls"] = tls
     return spec
 
 

@@ -59,6 +59,12 @@ class ConnectionProfile:
         """Whether the endpoints are dialled with TLS."""
         return bool(self.ca_cert) or any(e.startswith("https://") for e in self.endpoints)
 
+    @property
+    def client_scheme(self) -> str:
+        """The scheme of the member URLs a module makes itself: a profile with a CA or a
+        client certificate is for a cluster that serves clients over TLS."""
+        return "https" if self.ca_cert or self.client_cert else "http"
+
     def with_endpoints(self, endpoints) -> ConnectionProfile:
         """The same cluster reached through other endpoints (one member, say)."""
         return replace(self, endpoints=tuple(endpoints))

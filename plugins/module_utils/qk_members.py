@@ -15,6 +15,12 @@ import math
 import re
 from decimal import Decimal, InvalidOperation
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    CLIENT_TLS_DIR,
+    DEFAULT_METRICS_PORT,
+    PEER_TLS_DIR,
+    schemes,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     CLUSTER_GROUP_KIND,
     CLUSTER_LABEL,
@@ -40,6 +46,7 @@ PRIMARY_RESOURCE_TYPE = "operator-sdk/primary-resource-type"
 DEFAULTS = {
     "client_port": DEFAULT_CLIENT_PORT,
     "peer_port": DEFAULT_PEER_PORT,
+    "metrics_port": DEFAULT_METRICS_PORT,
     "data_dir": "/var/lib/etcd",
     "termination_grace_seconds": 30,
     "readiness_period_seconds": 1,
@@ -104,6 +111,7 @@ def self_host(peer_name, spec):
 
 INTEGER_SETTINGS = (
     "client_port",
+    "metrics_port",
     "peer_port",
     "termination_grace_seconds",
     "readiness_period_seconds",
@@ -137,6 +145,39 @@ def render_pvc(peer_name, namespace, spec, settings=None):
     }
 
 
+def tls_volumes(tls):
+    """(volume, mount directory, Secret) of each certificate Secret a member mounts."""
+    volumes = []
+    if tls.get("client"):
+        volumes.append(("client-tls", CLIENT_TLS_DIR, tls["client"]["secretName"]))
+    if tls.get("peer"):
+        volumes.append(("peer-tls", PEER_TLS_DIR, tls["peer"]["secretName"]))
+    return volumes
+
+
+def tls_flags(tls, metrics_port):
+    """etcd's TLS flags for an EtcdPeer's ``tls``. With client TLS, metrics and /health are
+    also served on a plain-HTTP port, so that scrapers need no client certificate."""
+    flags = []
+    client = tls.get("client")
+    if client:
+        flags += [
+            f"--cert-file={CLIENT_TLS_DIR}/tls.crt",
+            f"--key-file={CLIENT_TLS_DIR}/tls.key",
+            f"--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt",
+            f"--client-cert-auth={'true' if client.get('clientCertAuth', True) else 'false'}",
+            f"--listen-metrics-urls=http://0.0.0.0:{metrics_port}",
+        ]
+    if tls.get("peer"):
+        flags += [
+            f"--peer-cert-file={PEER_TLS_DIR}/tls.crt",
+            f"--peer-key-file={PEER_TLS_DIR}/tls.key",
+            f"--peer-trusted-ca-file={PEER_TLS_DIR}/ca.crt",
+            "--peer-client-cert-auth=true",
+        ]
+    return flags
+
+
 def render_replicaset(peer_name, namespace, spec, settings=None):
     """A ReplicaSet of one pod running the member.
 
@@ -148,7 +189,10 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
     settings = member_settings(settings)
     cluster = spec["clusterName"]
     host = self_host(peer_name, spec)
-    network = ClusterNetwork.from_settings({**settings, "cluster": cluster, "namespace": namespace})
+    tls = spec.get("tls") or {}
+    network = ClusterNetwork.from_settings(
+        {**settings, "cluster": cluster, "namespace": namespace, **schemes(tls)}
+    )
     client_port, peer_port = network.client_port, network.peer_port
     state = spec["bootstrap"].get("initialClusterState", "New").lower()
     initial = network.initial_cluster(spec["bootstrap"]["static"]["initialCluster"])
@@ -171,17 +215,25 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
             f"--initial-cluster-token={cluster}",
             # Disaster recovery only: one start as a one-member cluster on the survivor's data.
             *(["--force-new-cluster"] if spec.get("forceNewCluster") else []),
+            *tls_flags(tls, settings["metrics_port"]),
         ],
         "ports": [
             {"name": "client", "containerPort": client_port},
             {"name": "peer", "containerPort": peer_port},
+            *([{"name": "metrics", "containerPort": settings["metrics_port"]}] if tls else []),
         ],
         "readinessProbe": {
             "tcpSocket": {"port": client_port},
             "periodSeconds": settings["readiness_period_seconds"],
             "failureThreshold": 3,
         },
-        "volumeMounts": [{"name": "data", "mountPath": settings["data_dir"]}],
+        "volumeMounts": [
+            {"name": "data", "mountPath": settings["data_dir"]},
+            *[
+                {"name": volume, "mountPath": directory, "readOnly": True}
+                for volume, directory, _ in tls_volumes(tls)
+            ],
+        ],
     }
     resources = template.get("resources") or {}
     if resources:
@@ -195,7 +247,13 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
         "subdomain": cluster,
         "terminationGracePeriodSeconds": settings["termination_grace_seconds"],
         "containers": [container],
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": peer_name}}],
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": peer_name}},
+            *[
+                {"name": volume, "secret": {"secretName": secret, "defaultMode": 0o400}}
+                for volume, _, secret in tls_volumes(tls)
+            ],
+        ],
     }
     for key in ("affinity", "tolerations", "nodeSelector"):
         if template.get(key):

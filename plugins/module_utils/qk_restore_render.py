@@ -44,8 +44,10 @@ def restore_flags(peer_name, namespace, spec, settings=None):
     return {
         "image": etcd["image"],
         "flags": flags,
-        "mounts": copy.deepcopy(etcd["volumeMounts"]),
-        "volumes": copy.deepcopy(pod_spec["volumes"]),
+        # The data volume only: a restore writes no certificates, and the Secrets of a cluster
+        # the restore creates do not exist before it does.
+        "mounts": [copy.deepcopy(m) for m in etcd["volumeMounts"] if m["name"] == "data"],
+        "volumes": [copy.deepcopy(v) for v in pod_spec["volumes"] if v["name"] == "data"],
         "scheduling": {
             k: copy.deepcopy(pod_spec[k])
             for k in ("affinity", "tolerations", "nodeSelector")

@@ -187,7 +187,9 @@ def test_rbac_least_privilege(rendered):
     assert core["persistentvolumeclaims"] == {"get", "list", "watch", "create", "patch", "delete"}
     # The client Service's Endpoints are watched and annotated; no one else's are changed.
     assert core["endpoints"] == {"get", "list", "watch", "create", "patch"}
-    assert core["secrets"] == {"get", "list", "watch"}
+    # Certificates of TLS clusters are created and renewed (patch); never deleted by the
+    # operator (garbage collected with their EtcdCluster).
+    assert core["secrets"] == {"create", "get", "list", "patch", "watch"}
     assert core["events"] == {"create", "get", "list", "patch"}, "Events are never cached"
     assert {"create", "delete", "get", "list", "patch", "update", "watch"} <= core["services"]
     assert "pods/exec" not in core and "configmaps" not in core
@@ -314,11 +316,14 @@ def test_operator_service_account_permissions(kube_api):
         ("delete", "persistentvolumeclaims"),
         ("create", "events"),
         ("get", "secrets"),
+        # The certificates of TLS clusters, which the operator issues and renews.
+        ("create", "secrets"),
+        ("patch", "secrets"),
     ]
     denied = [
         ("create", "pods/exec"),
-        ("create", "secrets"),
         ("delete", "secrets"),
+        ("update", "secrets"),
         ("update", "persistentvolumeclaims"),
         ("create", "deployments.apps"),
         ("create", "configmaps"),
@@ -393,7 +398,15 @@ def test_watches():
         assert play["roles"] == [role]
         assert set(play) <= {"name", "hosts", "gather_facts", "module_defaults", "roles"}
         # Events and status default to the reconciled object (the roles name no other).
+        # etcd modules default to the operator's client certificate of a TLS cluster, which
+        # the role's etcd_cluster_tls task registers as <role>_tls, and to nothing else.
         for action, defaults in (play.get("module_defaults") or {}).items():
+            if action.startswith("etcd_"):
+                assert set(defaults) == {"ca_cert", "client_cert", "client_key"}, action
+                assert all(
+                    v.startswith(f"{{{{ {role}_tls.connection.") for v in defaults.values()
+                ), action
+                continue
             assert action in ("k8s_event", "k8s_status"), action
             assert defaults["kind"] == kind and defaults["ignore_missing"] is True
             assert defaults["name"] == "{{ ansible_operator_meta.name }}"

@@ -289,6 +289,7 @@ def test_etcdcluster_status_fields():
         "phase",
         "conditions",
         "recovery",
+        "tls",
     }
     assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}
     member = status["members"]["items"]["properties"]

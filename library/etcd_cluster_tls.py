@@ -1,0 +1,222 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_cluster_tls
+short_description: Ensure an EtcdCluster's certificates and the operator's client certificate
+description:
+  - >-
+    For the parts of I(tls) (an EtcdCluster's C(spec.tls)) that the operator manages, creates a
+    CA per kind of traffic (Secrets C(<name>-client-ca), C(<name>-peer-ca)) and the leaves it
+    signs: C(<name>-server-tls) and C(<name>-peer-tls) for the members (SANs covering every
+    member, C(*.<name>.<namespace>.svc.<domain>), and the client Service),
+    C(<name>-client-tls) for applications and C(<name>-operator-tls) for the operator (CN
+    C(root)). All are C(kubernetes.io/tls) Secrets with C(tls.crt), C(tls.key) and C(ca.crt),
+    owned by the EtcdCluster.
+  - >-
+    A leaf is re-issued when two thirds of its validity has passed, when it is invalid (wrong
+    key, not signed by the CA, expired, names missing) or when its C(ca.crt) is not the CA.
+    Members pick a renewed certificate up without a restart: the Secret volume is refreshed and
+    etcd reads its certificate files again for each new connection.
+  - >-
+    The user's own Secrets (I(tls.client.serverSecretName), I(tls.client.operatorSecretName),
+    I(tls.peer.secretName)) are only checked, never written: each problem (missing Secret or
+    key, a key that does not match, a CA that did not sign the certificate, an expired
+    certificate, member names the certificate does not cover) is returned in C(problems).
+  - >-
+    With client TLS, writes the operator's client certificate, key and the CA that verifies the
+    members into I(credentials_dir)/<namespace>/<name>/ (mode 0600) and returns their paths in
+    C(connection), the options every etcd module takes (doc fragment
+    quorumkeeper.etcd.etcd_connection).
+  - Secrets are read from and written to the API server itself, never the operator's cache.
+  - Check mode reports what would be issued and writes nothing.
+options:
+  name:
+    description: Name of the EtcdCluster.
+    type: str
+    required: true
+  namespace:
+    description: Namespace of the EtcdCluster.
+    type: str
+    required: true
+  owner_uid:
+    description: UID of the EtcdCluster, for the owner reference of the Secrets it creates.
+    type: str
+  tls:
+    description:
+      - The EtcdCluster's C(spec.tls) (client and peer parts; absent parts are off).
+      - When omitted, read from the EtcdCluster (backups and restores, which do not have it);
+        a cluster that does not exist has no TLS.
+    type: dict
+  replicas:
+    description: Members the user's own certificates must cover (ordinals 0 to I(replicas) - 1).
+    type: int
+    default: 3
+  issue:
+    description:
+      - Whether to create and renew the operator-managed Secrets. False (backups, restores)
+        only reads them and reports a missing one as a problem.
+    type: bool
+    default: true
+  credentials_dir:
+    description:
+      - Directory under which the operator's client certificates are written. Default
+        C(quorumkeeper-credentials) in the temporary directory.
+    type: path
+  cluster_domain:
+    description: DNS domain of the Kubernetes cluster, for the certificates' names.
+    type: str
+    default: cluster.local
+  client_port:
+    description: Client port of the members, for C(client_service_url).
+    type: int
+    default: 2379
+extends_documentation_fragment:
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
+requirements: [cryptography]
+"""
+
+EXAMPLES = r"""
+- name: Issue my-cluster's certificates and get the operator's connection
+  etcd_cluster_tls:
+    name: my-cluster
+    namespace: default
+    owner_uid: "{{ cluster.metadata.uid }}"
+    tls:
+      client: {}
+      peer: {}
+  register: cluster_tls
+
+- name: Read the members through it
+  etcd_cluster_info:
+    endpoints: ["{{ cluster_tls.client_service_url }}"]
+    ca_cert: "{{ cluster_tls.connection.ca_cert }}"
+    client_cert: "{{ cluster_tls.connection.client_cert }}"
+    client_key: "{{ cluster_tls.connection.client_key }}"
+"""
+
+RETURN = r"""
+connection:
+  description: C(ca_cert), C(client_cert) and C(client_key) paths for the etcd modules; empty
+    without client TLS or when the operator's Secret is not usable.
+  type: dict
+  returned: always
+client_service_url:
+  description: The cluster's client Service URL, C(https) with client TLS.
+  type: str
+  returned: always
+peer_tls:
+  description: The C(tls) of the cluster's EtcdPeer specs (the Secrets member pods mount).
+  type: dict
+  returned: always
+issued:
+  description: Secrets created or rewritten, each C(secret) and C(reason) (created, renewed,
+    replaced with why).
+  type: list
+  elements: dict
+  returned: always
+problems:
+  description: What is wrong with the certificates, one sentence each naming the Secret; the
+    cluster must not start members while there are any.
+  type: list
+  elements: str
+  returned: always
+certificates:
+  description: Each certificate's C(secretName), C(purpose), C(subject), C(notAfter) and
+    C(renewalTime), for the EtcdCluster's C(status.tls).
+  type: list
+  elements: dict
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    CertificateManager,
+    credentials_dir,
+    ensure_certificates,
+    peer_tls_spec,
+    resolve,
+    schemes,
+    write_operator_credentials,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    CLUSTER_KIND,
+    ClusterNetwork,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
+    KubeConfigError,
+    KubeError,
+    api_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import CertificateError
+
+ARGUMENT_SPEC = {
+    "name": {"type": "str", "required": True},
+    "namespace": {"type": "str", "required": True},
+    "owner_uid": {"type": "str"},
+    "tls": {"type": "dict"},
+    "replicas": {"type": "int", "default": 3},
+    "issue": {"type": "bool", "default": True},
+    "credentials_dir": {"type": "path"},
+    "cluster_domain": {"type": "str", "default": "cluster.local"},
+    "client_port": {"type": "int", "default": 2379},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
+}
+
+
+def run(module, kube):
+    p = module.params
+    if p["tls"] is None:
+        cluster = kube.get(p["api_version"], CLUSTER_KIND, p["name"], p["namespace"]) or {}
+        p["tls"] = (cluster.get("spec") or {}).get("tls") or {}
+    resolved = resolve(p["name"], p["tls"])
+    network = ClusterNetwork(
+        p["name"],
+        p["namespace"],
+        p["cluster_domain"],
+        p["client_port"],
+        **schemes(p["tls"]),
+    )
+    owner = None
+    if p["owner_uid"]:
+        owner = {
+            "apiVersion": p["api_version"],
+            "kind": CLUSTER_KIND,
+            "name": p["name"],
+            "uid": p["owner_uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    manager = CertificateManager(kube, network, owner, issue=p["issue"], check=module.check_mode)
+    report = ensure_certificates(manager, resolved, p["replicas"])
+    report.connection = write_operator_credentials(
+        manager, resolved, credentials_dir(p["credentials_dir"], p["namespace"], p["name"])
+    )
+    return {
+        "changed": bool(report.issued),
+        "client_service_url": network.client_service_url(),
+        "peer_tls": peer_tls_spec(resolved),
+        **report.as_dict(),
+    }
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    p = module.params
+    try:
+        result = run(module, api_client(p, fresh=True))
+    except (KubeConfigError, KubeError, CertificateError) as exc:
+        module.fail_json(msg=f"certificates of EtcdCluster {p['namespace']}/{p['name']}: {exc}")
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
