@@ -14,6 +14,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_domain
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
     peer_tls_spec,
     resolve,
+    schemes,
 )
 
 try:
@@ -154,6 +155,11 @@ def etcd_peer_member(peer, cluster_spec, state, members, naming):
     return {"name": peer, "spec": etcd_peer_spec(peer, cluster_spec, state, members, naming)}
 
 
+def etcd_tls_schemes(tls_spec):
+    """The network's ``client_scheme`` and ``peer_scheme`` for an EtcdCluster's ``spec.tls``."""
+    return schemes(tls_spec)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -166,4 +172,5 @@ class FilterModule:
             "etcd_peer_member": etcd_peer_member,
             "etcd_version_compare": etcd_version_compare,
             "etcd_minor": etcd_minor,
+            "etcd_tls_schemes": etcd_tls_schemes,
         }

@@ -16,9 +16,10 @@ own client certificate where its etcd modules read it.
 
 from __future__ import annotations
 
+import base64
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     ClusterNetwork,
@@ -26,6 +27,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     member_labels,
     peer_name,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import secret_data
 
 
 def _certs():
@@ -147,28 +149,10 @@ class TLSReport:
     connection: dict = field(default_factory=dict)  # ca_cert, client_cert, client_key paths
 
     def as_dict(self) -> dict:
-        return {
-            "issued": self.issued,
-            "problems": self.problems,
-            "certificates": self.certificates,
-            "connection": self.connection,
-        }
-
-
-def _decode(secret: dict | None) -> dict:
-    import base64  # noqa: PLC0415
-
-    data = (secret or {}).get("data") or {}
-    out = {}
-    for key in (CA_KEY, CERT_KEY, KEY_KEY):
-        if data.get(key):
-            out[key] = base64.b64decode(data[key]).decode("utf-8", "replace")
-    return out
+        return asdict(self)
 
 
 def _encode(files: dict) -> dict:
-    import base64  # noqa: PLC0415
-
     return {k: base64.b64encode(v.encode()).decode() for k, v in files.items()}
 
 
@@ -190,7 +174,13 @@ class CertificateManager:
     def read(self, name: str) -> dict | None:
         if name not in self._cache:
             secret = self.kube.get("v1", "Secret", name, self.network.namespace)
-            self._cache[name] = None if secret is None else _decode(secret)
+            try:
+                files = None if secret is None else secret_data(secret)
+            except ValueError:
+                # Undecodable data counts as missing: reported for the user's own Secrets,
+                # rewritten for the operator's.
+                files = {}
+            self._cache[name] = files
         return self._cache[name]
 
     def write(self, name: str, files: dict, reason: str, existed: bool):

@@ -112,6 +112,18 @@ def api_prefix(api_version):
     return f"/api/{version}" if not group else f"/apis/{group}/{version}"
 
 
+def secret_data(secret):
+    """The decoded ``data`` of a Secret object, as text; ValueError naming a key that is not
+    base64-encoded UTF-8."""
+    data = {}
+    for key, value in ((secret or {}).get("data") or {}).items():
+        try:
+            data[key] = base64.b64decode(value).decode("utf-8")
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ValueError(f"key {key} of the Secret is not base64 UTF-8 text") from exc
+    return data
+
+
 def _data_or_file(entry, key):
     """The bytes of ``<key>-data`` (base64) or of the file ``<key>``, or None."""
     if entry.get(f"{key}-data"):

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import base64
 import datetime
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
@@ -17,6 +16,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
     KubeError,
     direct_client,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    secret_data as kube_secret_data,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore import (
     ObjectStoreError,
@@ -94,14 +96,11 @@ def check_cluster(name, namespace, client=None):
 
 
 def secret_data(secret):
-    """The decoded ``data`` of a Secret object."""
-    data = {}
-    for key, value in (secret.get("data") or {}).items():
-        try:
-            data[key] = base64.b64decode(value).decode("utf-8")
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise SnapshotSourceError(f"key {key} of the Secret is not base64 UTF-8 text") from exc
-    return data
+    """The decoded ``data`` of a Secret object (qk_kube.secret_data, in this module's error)."""
+    try:
+        return kube_secret_data(secret)
+    except ValueError as exc:
+        raise SnapshotSourceError(str(exc)) from exc
 
 
 def read_credentials(credentials, secret_name, namespace, client=None):

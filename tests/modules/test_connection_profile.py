@@ -3,15 +3,13 @@ member that serves TLS and requires client certificates, and a member with authe
 enabled, with the right profile, and fails in words with a wrong one; the modules' connection
 options and a helper pod's profile (QK_ETCD_CONNECTION) reach the same client.
 
-The certificates are made here with ``cryptography`` (a CA, a server certificate for 127.0.0.1
-and localhost, a client certificate)."""
+The certificates are made with the operator's own qk_tls (a CA, a server certificate for
+127.0.0.1 and localhost, a client certificate)."""
 
 from __future__ import annotations
 
 import asyncio
-import datetime
 import hashlib
-import ipaddress
 import json
 import os
 import subprocess
@@ -29,10 +27,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors i
     EtcdOperationError,
     EtcdUnreachable,
 )
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
 from etcd3aio.auth import AuthService
 
 import etcdharness
@@ -51,81 +46,23 @@ ONE_VERSION = pytest.mark.parametrize(
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_key(path, key):
-    path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+def _write(path, pem):
+    path.write_text(pem)
     return path
-
-
-def _write_cert(path, cert):
-    path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return path
-
-
-def _certificate(subject, key, issuer, issuer_key, extensions):
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-    )
-    for extension, critical in extensions:
-        builder = builder.add_extension(extension, critical=critical)
-    return builder.sign(issuer_key, hashes.SHA256())
 
 
 def make_ca(directory, name="qk-test-ca"):
-    """A self-signed CA: ``(certificate, key, certificate path)``."""
+    """A self-signed CA: ``(certificate PEM, key PEM, certificate path)``."""
     directory.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-    cert = _certificate(
-        name,
-        key,
-        subject,
-        key,
-        [
-            (x509.BasicConstraints(ca=True, path_length=None), True),
-            (
-                x509.KeyUsage(
-                    digital_signature=True,
-                    content_commitment=False,
-                    key_encipherment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=True,
-                    crl_sign=True,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                True,
-            ),
-        ],
-    )
-    return cert, key, _write_cert(directory / f"{name}.crt", cert)
+    cert, key = new_ca(name)
+    return cert, key, _write(directory / f"{name}.crt", cert)
 
 
-def issue(directory, name, ca_cert, ca_key, usage, san=None):
-    """A certificate signed by the CA for ``usage`` (an ExtendedKeyUsageOID): its
+def issue(directory, name, ca_cert, ca_key, **usage):
+    """A certificate signed by the CA (qk_tls.issue_leaf's ``usage`` keywords): its
     ``(certificate path, key path)``."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    extensions = [
-        (x509.BasicConstraints(ca=False, path_length=None), True),
-        (x509.ExtendedKeyUsage([usage]), False),
-    ]
-    if san:
-        extensions.append((x509.SubjectAlternativeName(san), False))
-    cert = _certificate(name, key, ca_cert.subject, ca_key, extensions)
-    return _write_cert(directory / f"{name}.crt", cert), _write_key(directory / f"{name}.key", key)
+    cert, key = issue_leaf(ca_cert, ca_key, name, **usage)
+    return _write(directory / f"{name}.crt", cert), _write(directory / f"{name}.key", key)
 
 
 def make_pki(directory):
@@ -136,10 +73,12 @@ def make_pki(directory):
         "server",
         ca_cert,
         ca_key,
-        ExtendedKeyUsageOID.SERVER_AUTH,
-        san=[x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")],
+        dns_names=["localhost"],
+        ip_addresses=["127.0.0.1"],
+        server=True,
+        client=False,
     )
-    client = issue(directory, "client", ca_cert, ca_key, ExtendedKeyUsageOID.CLIENT_AUTH)
+    client = issue(directory, "client", ca_cert, ca_key, server=False, client=True)
     return etcdharness.ClientTLS(ca_path, *server, *client)
 
 
