@@ -35,6 +35,7 @@ Operator (medians over --runs, every sample in the result file):
   installing from the file-based catalog of bundle/).
 - profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
   process each), CPU seconds, wall time; read from ansible-runner's job events.
+- profile_tls: the same for a cluster with operator-managed client and peer TLS.
 
 Not tests: the numbers depend on the machine; they are recorded, not asserted.
 """
@@ -75,16 +76,13 @@ RESULTS = ROOT / "bench" / "results"
 LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
 ETCD_IMAGE = "quay.io/coreos/etcd:v3.6.16"
 TICKS = os.sysconf("SC_CLK_TCK")
-# Modules run as a new Python process each; everything else runs inside ansible-playbook.
+# Modules run as a new Python process each; everything else runs inside ansible-playbook,
+# including our modules that an action plugin runs in-process (k8s_event, k8s_status, ...).
 MODULES = {
-    "etcd_cluster_observe",
-    "etcd_cluster_services",
-    "etcd_cluster_info",
-    "etcd_member",
-    "etcd_peer",
+    *(p.stem for p in (ROOT / "library").glob("*.py")),
     "kubernetes.core.k8s",
     "kubernetes.core.k8s_info",
-}
+} - {p.stem for p in (ROOT / "plugins" / "action").glob("*.py")}
 
 
 def record(name: str, samples: list[float], goal: str, unit: str = "s", **extra) -> dict:
@@ -745,17 +743,29 @@ def profile_medians(rounds: list[list[dict]]) -> list[dict]:
     return summary
 
 
-def bench_profile(kube: Kube, runs: int) -> None:
+class TLSClusterDriver(EtcdClusterDriver):
+    """The same cluster with operator-managed TLS on client and peer traffic."""
+
+    def manifest(self, replicas: int) -> dict:
+        manifest = super().manifest(replicas)
+        manifest["spec"]["tls"] = {"client": {}, "peer": {}}
+        return manifest
+
+
+def bench_profile(kube: Kube, runs: int, tls: bool = False) -> None:
     deploy_operator(kube)
     pid = operator_pid()
+    name = "reconcile_profile_tls" if tls else "reconcile_profile"
     rounds = []
     for _ in range(runs):
-        driver = new_driver(kube)
+        driver = (TLSClusterDriver if tls else EtcdClusterDriver)(
+            kube, fresh_namespace(kube), name="bench"
+        )
         rounds.append(profile_rounds(pid, driver))
         drop_namespace(kube, driver.namespace)
     medians = profile_medians(rounds)
     result = {
-        "name": "reconcile_profile",
+        "name": name,
         "medians": medians,
         "profiles": rounds[0],
         "rounds": rounds,
@@ -764,10 +774,10 @@ def bench_profile(kube: Kube, runs: int) -> None:
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
     }
-    write("reconcile_profile", result)
+    write(name, result)
     for p in medians:
         print(
-            f"profile {p['operation']}: {p['cpu_seconds_total']} CPU-s (median of {p['runs']}), "
+            f"{name} {p['operation']}: {p['cpu_seconds_total']} CPU-s (median of {p['runs']}), "
             f"{ {k: v['count'] for k, v in p['reconciles'].items()} } reconciles",
             flush=True,
         )
@@ -1687,6 +1697,7 @@ BENCHMARKS = {
     "burst": bench_burst,
     "idle": bench_idle,
     "profile": bench_profile,
+    "profile_tls": functools.partial(bench_profile, tls=True),
     "backup": bench_backup,
     "backup_1gib": bench_backup_1gib,
     "restore": bench_restore,
