@@ -56,6 +56,15 @@ options:
     description: Members the user's own certificates must cover (ordinals 0 to I(replicas) - 1).
     type: int
     default: 3
+  users:
+    description:
+      - The etcd users of the EtcdCluster's C(spec.auth). With an operator-managed client CA,
+        each gets a client certificate whose CN is the user in its credential Secret
+        C(<name>-user-<user>) (keys C(tls.crt), C(tls.key), C(ca.crt), next to the password
+        etcd_cluster_auth keeps there), renewed like the others.
+    type: list
+    elements: str
+    default: []
   issue:
     description:
       - Whether to create and renew the operator-managed Secrets. False (backups, restores)
@@ -163,6 +172,7 @@ ARGUMENT_SPEC = {
     "owner_uid": {"type": "str"},
     "tls": {"type": "dict"},
     "replicas": {"type": "int", "default": 3},
+    "users": {"type": "list", "elements": "str", "default": []},
     "issue": {"type": "bool", "default": True},
     "credentials_dir": {"type": "path"},
     "cluster_domain": {"type": "str", "default": "cluster.local"},
@@ -196,7 +206,7 @@ def run(module, kube):
             "blockOwnerDeletion": True,
         }
     manager = CertificateManager(kube, network, owner, issue=p["issue"], check=module.check_mode)
-    report = ensure_certificates(manager, resolved, p["replicas"])
+    report = ensure_certificates(manager, resolved, p["replicas"], p["users"])
     report.connection = write_operator_credentials(
         manager, resolved, credentials_dir(p["credentials_dir"], p["namespace"], p["name"])
     )

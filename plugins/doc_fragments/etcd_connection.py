@@ -36,12 +36,21 @@ options:
     type: path
   username:
     description:
-      - etcd user to authenticate as, when the cluster has authentication enabled.
-      - Requires I(password).
+      - etcd user to authenticate as, when the cluster has authentication enabled. A cluster
+        whose authentication is not enabled (yet) is used without a user.
+      - Requires I(password) or I(password_file). With I(client_cert) and etcd's
+        C(--client-cert-auth), the certificate's common name is the user and no password is
+        needed.
     type: str
   password:
     description: Password of I(username).
     type: str
+  password_file:
+    description:
+      - File holding the password of I(username) (its whole content, a trailing newline
+        ignored), so that the password never appears in a task's arguments.
+      - Mutually exclusive with I(password).
+    type: path
 """
 
     ENDPOINTS = r"""

@@ -26,6 +26,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     client_service_name,
     member_labels,
     peer_name,
+    user_secret_name,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import secret_data
 
@@ -242,7 +243,8 @@ class CertificateManager:
         files = self.read(name)
         existed = files is not None
         reason = None
-        if not files:
+        if not files or not files.get(CERT_KEY):
+            # Absent, or a Secret holding something else so far (a user's password).
             reason = "created"
         else:
             problems = _certs().certificate_problems(
@@ -306,10 +308,14 @@ class CertificateManager:
         return None if problems else files
 
 
-def ensure_certificates(manager: CertificateManager, resolved: dict, replicas: int) -> TLSReport:
+def ensure_certificates(
+    manager: CertificateManager, resolved: dict, replicas: int, users=()
+) -> TLSReport:
     """Make the cluster's certificate Secrets what ``resolved`` asks for (operator-managed ones
     issued, renewed once two thirds of their validity has passed, or replaced when wrong; the
-    user's own ones only checked), and return what was found and done."""
+    user's own ones only checked), and return what was found and done. ``users``: the etcd
+    users of spec.auth, each given a client certificate whose CN is the user in its credential
+    Secret (only with an operator-managed client CA, which can sign one)."""
     network, names = manager.network, secret_names(manager.network.cluster)
     cluster = network.cluster
     members = member_dns_names(network)
@@ -326,6 +332,10 @@ def ensure_certificates(manager: CertificateManager, resolved: dict, replicas: i
             manager.ensure_leaf(
                 names["operator"], "operator", ca, OPERATOR_USER, server=False, client=True
             )
+            for user in users:
+                manager.ensure_leaf(
+                    user_secret_name(cluster, user), "user", ca, user, server=False, client=True
+                )
     elif client:
         manager.check_own(
             client["secretName"],

@@ -22,7 +22,7 @@ DEFAULT_TIMEOUT = 5.0
 PROFILE_ENV = "QK_ETCD_CONNECTION"
 # Options of the profile besides the endpoints, as modules take them.
 _FILE_OPTIONS = ("ca_cert", "client_cert", "client_key")
-_CREDENTIAL_OPTIONS = ("username", "password")
+_CREDENTIAL_OPTIONS = ("username", "password", "password_file")
 
 
 def _normal_endpoint(endpoint: str) -> str:
@@ -45,14 +45,19 @@ class ConnectionProfile:
     client_key: str | None = None
     username: str | None = None
     password: str | None = field(default=None, repr=False)
+    # The password kept in a file (the operator's own, written by etcd_cluster_auth), so that
+    # it never passes through a task's arguments or results.
+    password_file: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "endpoints", tuple(_normal_endpoint(e) for e in self.endpoints))
         object.__setattr__(self, "timeout", float(self.timeout))
         if bool(self.client_cert) != bool(self.client_key):
             raise ValueError("client_cert and client_key must be given together")
-        if bool(self.username) != bool(self.password):
-            raise ValueError("username and password must be given together")
+        if self.password and self.password_file:
+            raise ValueError("give password or password_file, not both")
+        if bool(self.username) != bool(self.password or self.password_file):
+            raise ValueError("username and password (or password_file) must be given together")
 
     @property
     def secure(self) -> bool:
@@ -91,13 +96,14 @@ def connection_argument_spec(endpoints_required: bool = True) -> dict:
         "client_key": {"type": "path", "no_log": False},
         "username": {"type": "str"},
         "password": {"type": "str", "no_log": True},
+        "password_file": {"type": "path"},
     }
     if endpoints_required:
         spec = {"endpoints": {"type": "list", "elements": "str", "required": True}, **spec}
     return spec
 
 
-CONNECTION_REQUIRED_TOGETHER = [("client_cert", "client_key"), ("username", "password")]
+CONNECTION_REQUIRED_TOGETHER = [("client_cert", "client_key")]
 
 
 def profile_from_params(
@@ -125,7 +131,7 @@ def profile_env(profile: ConnectionProfile) -> list[dict]:
     """The container env that gives a helper pod ``profile`` (without its endpoints, which
     the pod is told separately). A pod spec is readable by anyone who may read pods: an etcd
     password must reach a pod through a Secret, never in its spec."""
-    if profile.password:
+    if profile.password or profile.password_file:
         raise ValueError(
             "etcd credentials reach a helper pod through a Secret, never in its pod spec"
         )

@@ -70,6 +70,11 @@ def client_service_name(cluster: str) -> str:
     return f"{cluster}-client"
 
 
+def user_secret_name(cluster: str, user: str) -> str:
+    """The Secret with an etcd user's credentials (password, and with TLS its certificate)."""
+    return f"{cluster}-user-{user}"
+
+
 # --------------------------------------------------------------------------------------------
 # Addresses
 # --------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_session import EtcdSession
 
 if HAS_ETCD3AIO:
+    from etcd3aio.auth import AuthService
     from etcd3aio.maintenance import MaintenanceService
 
 # A snapshot streams faster than it is uploaded, so its reader waits for the upload; meanwhile
@@ -331,6 +332,17 @@ class EtcdClient(EtcdSession):
 
         alarms, _ = self._call_any(endpoints or self.endpoints, call, "Alarm")
         return alarms
+
+    def auth_call(self, method, *args, **kwargs):
+        """One call of etcd's Auth API: ``AuthService.<method>`` (``user_add``, ``role_get``,
+        ``auth_enable``, ...) on the first endpoint that answers."""
+
+        async def call(ep):
+            service = self._service(AuthService, self._channel(ep))
+            return await getattr(service, method)(*args, timeout=self.timeout, **kwargs)
+
+        result, _ = self._call_any(self.endpoints, call, f"Auth.{method}")
+        return result
 
     def put(self, key, value, endpoints=None):
         async def call(ep):

@@ -35,6 +35,10 @@ if HAS_ETCD3AIO:
     from etcd3aio.maintenance import MaintenanceService
 
 
+# etcd's answer to Authenticate while its authentication is off.
+AUTH_NOT_ENABLED = "authentication is not enabled"
+
+
 def _read_file(path):
     if not path:
         return None
@@ -64,6 +68,9 @@ class EtcdSession:
         self._channels = {}
         # The etcd user's token, asked for on the first call (None: no credentials).
         self._token = None
+        self._password = profile.password
+        if profile.password_file:
+            self._password = _read_file(profile.password_file).decode().rstrip("\n")
 
     # -- lifecycle ----------------------------------------------------------------------------
     def __enter__(self):
@@ -134,7 +141,11 @@ class EtcdSession:
                 response = self._run(self._authenticate_via(endpoint))
             except Exception as exc:  # noqa: BLE001 - the next endpoint may answer
                 detail = etcd_error_detail(exc)
-                if detail:  # etcd answered: wrong credentials, auth not enabled, ...
+                if detail and AUTH_NOT_ENABLED in detail:
+                    # Authentication is turned on after a cluster starts (and may be turned
+                    # off): until then the cluster is used without a user.
+                    return
+                if detail:  # etcd answered: wrong credentials, ...
                     raise EtcdOperationError(
                         f"authenticating as {self.profile.username} via {endpoint} failed: "
                         f"{detail}",
@@ -150,9 +161,7 @@ class EtcdSession:
         # Inside the loop: a gRPC aio channel belongs to the event loop it is made in, and this
         # client's channels are used by its own loop only.
         auth = AuthService(self._channel(endpoint), max_attempts=1)
-        return await auth.authenticate(
-            self.profile.username, self.profile.password, timeout=self.timeout
-        )
+        return await auth.authenticate(self.profile.username, self._password, timeout=self.timeout)
 
     async def _gather(self, coros):
         return await asyncio.gather(*coros, return_exceptions=True)

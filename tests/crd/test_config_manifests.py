@@ -399,13 +399,16 @@ def test_watches():
         assert set(play) <= {"name", "hosts", "gather_facts", "module_defaults", "roles"}
         # Events and status default to the reconciled object (the roles name no other).
         # etcd modules default to the operator's client certificate of a TLS cluster, which
-        # the role's etcd_cluster_tls task registers as <role>_tls, and to nothing else.
+        # the role's etcd_cluster_tls task registers as <role>_tls, to root's password file
+        # with spec.auth (<role>_auth_connection or <role>_auth.connection), and to nothing else.
         for action, defaults in (play.get("module_defaults") or {}).items():
             if action.startswith("etcd_"):
-                assert set(defaults) == {"ca_cert", "client_cert", "client_key"}, action
-                assert all(
-                    v.startswith(f"{{{{ {role}_tls.connection.") for v in defaults.values()
-                ), action
+                certificate = {"ca_cert", "client_cert", "client_key"}
+                assert certificate <= set(defaults) <= certificate | PASSWORD_OPTIONS, action
+                for option, value in defaults.items():
+                    source = f"{role}_tls.connection." if option in certificate else f"{role}_auth"
+                    assert value.startswith(f"{{{{ {source}"), (action, option)
+                    assert value.endswith(f".{option} | default(omit) }}}}"), (action, option)
                 continue
             assert action in ("k8s_event", "k8s_status"), action
             assert defaults["kind"] == kind and defaults["ignore_missing"] is True
@@ -419,6 +422,9 @@ def test_watches():
         for p in (ROOT / "config/crd/bases").glob("*.yaml")
     }
     assert set(by) <= crd_kinds
+
+
+PASSWORD_OPTIONS = {"username", "password_file"}
 
 
 def test_project_file():

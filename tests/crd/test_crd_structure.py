@@ -290,6 +290,7 @@ def test_etcdcluster_status_fields():
         "conditions",
         "recovery",
         "tls",
+        "auth",
     }
     assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}
     member = status["members"]["items"]["properties"]

@@ -1002,3 +1002,82 @@ def test_disaster_recovery_is_off_unless_asked_and_its_delay_is_bounded(kube_api
         rejected(proc, "spec.disasterRecovery.delaySeconds")
     on = cluster("dr-on", disasterRecovery={"enabled": True, "delaySeconds": 0})
     assert accepted(create(kube_api, namespace, on))["spec"]["disasterRecovery"]["enabled"]
+
+
+# -- authentication ---------------------------------------------------------------------------
+
+ROOT_USER_MSG = "root is the operator's user; declare an application user instead"
+ONE_KEY_MSG = "a permission names either key (one key) or keyPrefix (every key starting with it)"
+
+
+def auth_user(name="app", **permission) -> dict:
+    return {"users": [{"name": name, "permissions": [{"access": "read", **permission}]}]}
+
+
+def test_auth_is_on_by_default_and_kept_as_declared(kube_api, namespace):
+    auth = {
+        "users": [
+            {
+                "name": "app",
+                "permissions": [
+                    {"keyPrefix": "/app/", "access": "readwrite"},
+                    {"key": "/config", "access": "read"},
+                ],
+            },
+            {"name": "reader-2", "permissions": [{"keyPrefix": "/", "access": "read"}]},
+            {"name": "login-only"},
+        ]
+    }
+    stored = accepted(create(kube_api, namespace, cluster("a", auth=auth)))
+    assert stored["spec"]["auth"] == {**auth, "enabled": True}
+    off = accepted(create(kube_api, namespace, cluster("off", auth={"enabled": False})))
+    assert off["spec"]["auth"] == {"enabled": False}
+
+
+def test_auth_root_cannot_be_declared(kube_api, namespace):
+    err = rejected(
+        create(kube_api, namespace, cluster(auth=auth_user("root", keyPrefix="/"))),
+        ROOT_USER_MSG,
+        "spec.auth.users[0].name",
+    )
+    assert "should match" not in err, "root is a valid name: only the rule explains"
+
+
+@pytest.mark.parametrize("name", ["App", "app_1", "-app", "app-", "a" * 64, ""])
+def test_auth_user_names_that_cannot_name_a_secret_rejected(kube_api, namespace, name):
+    rejected(
+        create(kube_api, namespace, cluster(auth=auth_user(name, keyPrefix="/"))),
+        "spec.auth.users[0].name",
+    )
+
+
+@pytest.mark.parametrize(
+    "permission",
+    [{}, {"key": "/k", "keyPrefix": "/k/"}],
+    ids=["neither", "both"],
+)
+def test_auth_permission_names_exactly_one_of_key_or_key_prefix(kube_api, namespace, permission):
+    rejected(
+        create(kube_api, namespace, cluster(auth=auth_user(**permission))),
+        ONE_KEY_MSG,
+        "spec.auth.users[0].permissions[0]",
+    )
+
+
+def test_auth_permission_access_and_keys_validated(kube_api, namespace):
+    rejected(
+        create(kube_api, namespace, cluster(auth=auth_user(keyPrefix="/", access="all"))),
+        "spec.auth.users[0].permissions[0].access",
+        "supported values",
+    )
+    no_access = {"users": [{"name": "app", "permissions": [{"keyPrefix": "/"}]}]}
+    rejected(
+        create(kube_api, namespace, cluster(auth=no_access)),
+        "spec.auth.users[0].permissions[0].access: Required value",
+    )
+    rejected(
+        create(kube_api, namespace, cluster(auth=auth_user(key=""))),
+        "spec.auth.users[0].permissions[0].key",
+    )
+    twice = {"users": [{"name": "app"}, {"name": "app"}]}
+    rejected(create(kube_api, namespace, cluster(auth=twice)), "Duplicate value")

@@ -4,48 +4,13 @@ cluster whose own Secrets are missing says so and starts nothing."""
 
 from __future__ import annotations
 
-import base64
 import urllib.request
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
 from kubehelpers import PEERS, wait_until
+from securityhelpers import InPodClient, secret_files
 
-ETCDCTL = "/usr/local/bin/etcdctl"
 MANAGED_SECRETS = {"client-ca", "server-tls", "client-tls", "operator-tls", "peer-ca", "peer-tls"}
-
-
-def secret_files(kube, namespace, name):
-    data = kube.get("secret", name, namespace)["data"]
-    return {key: base64.b64decode(value).decode() for key, value in data.items()}
-
-
-class InPodClient:
-    """etcdctl run inside a member pod, so that the client Service's name resolves and is the
-    name the server certificate is checked against, with the certificate files it is given."""
-
-    def __init__(self, kube, namespace, pod, cluster):
-        self.kube, self.namespace, self.pod = kube, namespace, pod
-        self.endpoint = f"https://{cluster}-client.{namespace}.svc.cluster.local:2379"
-
-    def install(self, directory, files):
-        self.kube.exec(self.namespace, self.pod, "mkdir", "-p", directory)
-        for key, content in files.items():
-            self.kube.run(
-                "exec", "-i", "-n", self.namespace, self.pod, "--",
-                "sh", "-c", f"cat > {directory}/{key}",
-                stdin=content,
-            )  # fmt: skip
-
-    def etcdctl(self, directory, *args, with_certificate=True):
-        tls = [f"--cacert={directory}/ca.crt"]
-        if with_certificate:
-            tls += [f"--cert={directory}/tls.crt", f"--key={directory}/tls.key"]
-        return self.kube.run(
-            "exec", "-n", self.namespace, self.pod, "--",
-            ETCDCTL, f"--endpoints={self.endpoint}", "--dial-timeout=3s", "--command-timeout=5s",
-            *tls, *args,
-            check=False, timeout=60,
-        )  # fmt: skip
 
 
 def test_tls_cluster_accepts_only_clients_with_its_certificates(etcd_cluster):

@@ -25,7 +25,15 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step imp
 
 TASKS = Path(__file__).resolve().parents[2] / "roles" / "etcdcluster" / "tasks"
 # The role's own task files; every other one is a step, included as <action>.yml.
-NOT_STEPS = {"main", "reconcile", "converge", "paused", "disruption_budget", "certificates"}
+NOT_STEPS = {
+    "main",
+    "reconcile",
+    "converge",
+    "paused",
+    "disruption_budget",
+    "certificates",
+    "authentication",
+}
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"
 

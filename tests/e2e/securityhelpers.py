@@ -1,0 +1,45 @@
+"""etcd clients for the security e2e tests: etcdctl run inside a member pod with the
+certificate files of a Secret."""
+
+from __future__ import annotations
+
+import base64
+
+ETCDCTL = "/usr/local/bin/etcdctl"
+
+
+def secret_files(kube, namespace, name):
+    data = kube.get("secret", name, namespace)["data"]
+    return {key: base64.b64decode(value).decode() for key, value in data.items()}
+
+
+class InPodClient:
+    """etcdctl run inside a member pod, so that the client Service's name resolves and is the
+    name the server certificate is checked against, with the certificate files it is given."""
+
+    def __init__(self, kube, namespace, pod, cluster, endpoint=None):
+        """``endpoint``: default the client Service's name. A one-member cluster's pod cannot
+        reach itself through its Service's address on the local cluster (no hairpin): it uses
+        https://localhost:2379, which the server certificate covers too."""
+        self.kube, self.namespace, self.pod = kube, namespace, pod
+        self.endpoint = endpoint or f"https://{cluster}-client.{namespace}.svc.cluster.local:2379"
+
+    def install(self, directory, files):
+        self.kube.exec(self.namespace, self.pod, "mkdir", "-p", directory)
+        for key, content in files.items():
+            self.kube.run(
+                "exec", "-i", "-n", self.namespace, self.pod, "--",
+                "sh", "-c", f"cat > {directory}/{key}",
+                stdin=content,
+            )  # fmt: skip
+
+    def etcdctl(self, directory, *args, with_certificate=True):
+        tls = [f"--cacert={directory}/ca.crt"]
+        if with_certificate:
+            tls += [f"--cert={directory}/tls.crt", f"--key={directory}/tls.key"]
+        return self.kube.run(
+            "exec", "-n", self.namespace, self.pod, "--",
+            ETCDCTL, f"--endpoints={self.endpoint}", "--dial-timeout=3s", "--command-timeout=5s",
+            *tls, *args,
+            check=False, timeout=60,
+        )  # fmt: skip
