@@ -16,10 +16,13 @@ description:
     pod (init container C(fetch) downloads and checks the snapshot, container C(restore) runs
     C(etcdutl snapshot restore) with the member's own flags into its data dir).
   - C(create_cluster) - creates the EtcdCluster (spec = the restore's clusterTemplate, the
-    restore's annotation, no owner) and deletes the restore pods. An in-place restore
-    (C(spec.inPlace), a disaster recovery) instead sets the restore's annotation on the existing
-    EtcdCluster that names it in its recovery annotation, and the cluster then starts its members
-    on the restored volumes.
+    restore's annotation, no owner) and deletes the restore pods. From an EtcdBackup of a
+    cluster with spec.auth, it first copies that cluster's root Secret (C(<source>-user-root))
+    to C(<clusterName>-user-root) unless that exists, since the snapshot keeps the source's
+    users and root password and the operator logs in to the restored cluster as that root. An
+    in-place restore (C(spec.inPlace), a disaster recovery) instead sets the restore's
+    annotation on the existing EtcdCluster that names it in its recovery annotation, and the
+    cluster then starts its members on the restored volumes.
   - C(fail) - deletes the PVCs this restore created and its pods except I(keep_pods) (failed
     ones, kept for their logs). Never touches a PVC that does not carry this restore's UID.
   - C(complete) - reads the restored cluster's store revision through its client Service.
@@ -139,6 +142,9 @@ revision:
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_auth import (
+    carry_root_password,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     CONNECTION_REQUIRED_TOGETHER,
     connection_argument_spec,
@@ -323,6 +329,7 @@ class Restore:
         name = spec["clusterName"]
         cluster = self.client.get(API_VERSION, "EtcdCluster", name, self.p["namespace"])
         if cluster is None:
+            self._carry_root_password(name)
             if self._did("created", "EtcdCluster", name):
                 wanted = render_restored_cluster(self.restore, name, spec["clusterTemplate"])
                 self._create(wanted)
@@ -350,6 +357,20 @@ class Restore:
                 "this restore",
             )
         self._delete_pods(keep=())
+
+    def _carry_root_password(self, name):
+        """Before the cluster exists (its reconcile would make a root Secret of its own): the
+        snapshot of a cluster with spec.auth keeps that cluster's root password."""
+        backup_name = (self.restore["spec"].get("source") or {}).get("backupName")
+        if not backup_name:
+            return
+        backup = self.client.get(API_VERSION, "EtcdBackup", backup_name, self.p["namespace"])
+        source = (((backup or {}).get("spec") or {}).get("source") or {}).get("clusterName")
+        made = carry_root_password(
+            self.client, self.p["namespace"], source, name, check=self.module.check_mode
+        )
+        if made:
+            self._did("created", "Secret", made)
 
     def _delete_pods(self, keep):
         pods = self.client.list(

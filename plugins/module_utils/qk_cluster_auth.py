@@ -16,8 +16,11 @@ from __future__ import annotations
 import base64
 import os
 import secrets
-import tempfile
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    credentials_dir,
+    write_private_file,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     member_labels,
     user_secret_name,
@@ -41,27 +44,9 @@ def auth_settings(auth_spec: dict | None) -> dict:
     }
 
 
-def write_private_file(path: str, content: str) -> bool:
-    """Write ``content`` to ``path`` (mode 0600, its directory 0700) unless it already holds
-    it; atomically, since modules of a running reconcile may be reading it."""
-    try:
-        with open(path) as existing:
-            if existing.read() == content:
-                return False
-    except OSError:
-        pass
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temporary = f"{path}.{os.getpid()}"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        out.write(content)
-    os.replace(temporary, path)
-    return True
-
-
 def password_file_path(base: str | None, namespace: str, cluster: str) -> str:
-    root = base or os.path.join(tempfile.gettempdir(), "quorumkeeper-credentials")
-    return os.path.join(root, namespace, cluster, PASSWORD_FILE)
+    """Where the operator keeps root's password, beside its client certificate."""
+    return os.path.join(credentials_dir(base, namespace, cluster), PASSWORD_FILE)
 
 
 class CredentialSecrets:
@@ -126,3 +111,42 @@ def root_credentials(store: CredentialSecrets, path: str, *, create: bool) -> di
     if not store.check:
         write_private_file(path, password)
     return {"username": ROOT, "password_file": path, "secretVersion": version, "password": password}
+
+
+# On a root Secret the operator copied from another cluster's (a restore of its snapshot).
+COPIED_FROM_ANNOTATION = "etcd.quorumkeeper.dev/copied-from"
+
+
+def carry_root_password(kube, namespace: str, source: str, target: str, *, check=False):
+    """Give cluster ``target`` root's Secret of cluster ``source`` before ``target`` is created
+    from ``source``'s snapshot: the snapshot keeps ``source``'s users and root password, and the
+    operator logs in to the restored cluster as that root. Returns the Secret's name when it
+    was made; None when ``source`` has none (no spec.auth) or ``target`` already has one."""
+    if not source or source == target:
+        return None
+    theirs = kube.get("v1", "Secret", user_secret_name(source, ROOT), namespace)
+    if theirs is None or kube.get("v1", "Secret", user_secret_name(target, ROOT), namespace):
+        return None
+    name = user_secret_name(target, ROOT)
+    if not check:
+        kube.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "type": "Opaque",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": member_labels(target),
+                    "annotations": {
+                        COPIED_FROM_ANNOTATION: f"{namespace}/{user_secret_name(source, ROOT)}"
+                    },
+                },
+                "data": {
+                    k: v
+                    for k, v in (theirs.get("data") or {}).items()
+                    if k in (USERNAME_KEY, PASSWORD_KEY)
+                },
+            }
+        )
+    return name

@@ -388,7 +388,6 @@ def write_operator_credentials(manager: CertificateManager, resolved: dict, dire
         _certs().bundle_certificates(trust)
     except _certs().CertificateError:
         return {}
-    os.makedirs(directory, mode=0o700, exist_ok=True)
     paths = {}
     for option, key, content in (
         ("ca_cert", CA_KEY, trust),
@@ -397,17 +396,24 @@ def write_operator_credentials(manager: CertificateManager, resolved: dict, dire
     ):
         path = os.path.join(directory, key)
         paths[option] = path
-        if manager.check:
-            continue
-        try:
-            with open(path) as existing:
-                if existing.read() == content:
-                    continue
-        except OSError:
-            pass
-        temporary = f"{path}.{os.getpid()}"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as out:
-            out.write(content)
-        os.replace(temporary, path)
+        if not manager.check:
+            write_private_file(path, content)
     return paths
+
+
+def write_private_file(path: str, content: str) -> bool:
+    """Write ``content`` to ``path`` (mode 0600, its directory 0700) unless it already holds
+    it, atomically: modules of a running reconcile may be reading it. True when written."""
+    try:
+        with open(path) as existing:
+            if existing.read() == content:
+                return False
+    except OSError:
+        pass
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temporary = f"{path}.{os.getpid()}"
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(content)
+    os.replace(temporary, path)
+    return True

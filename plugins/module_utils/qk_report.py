@@ -36,6 +36,7 @@ PROBLEM_REASONS = {
     "UpgradeFailed",
     "UpgradeRefused",
     "AlarmActive",
+    "CertificatesInvalid",
 }
 MISSING_POD_GRACE_SECONDS = 30
 # A cluster version etcd has decided (it says ``not_decided`` before).

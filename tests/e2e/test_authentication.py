@@ -12,6 +12,7 @@ from securityhelpers import InPodClient, secret_files
 
 BUCKET = "auth-backups"
 APP = {"name": "app", "permissions": [{"keyPrefix": "/app/", "access": "readwrite"}]}
+RESTORES = "etcdrestores.etcd.quorumkeeper.dev"
 READER = {"name": "reader", "permissions": [{"keyPrefix": "/app/", "access": "read"}]}
 
 
@@ -69,6 +70,34 @@ def test_auth_on_a_running_cluster_scopes_each_user_and_keeps_the_operator_worki
     status = wait_backup(kube, ns, "with-auth", "Completed", 120)
     assert status["keys"] >= 2
     assert kube.get(BACKUPS, "with-auth", namespace=ns)["status"]["phase"] == "Completed"
+
+    # Restored into a new cluster: the snapshot keeps the users and root's password, which the
+    # restore carries over so that the operator can log in; app gets the new cluster's Secret.
+    template = etcd_cluster.manifest(1)["spec"] | {"auth": {"users": [APP]}}
+    restore = {
+        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+        "kind": "EtcdRestore",
+        "metadata": {"name": "auth-restore"},
+        "spec": {
+            "source": {"backupName": "with-auth"},
+            "clusterName": "restored",
+            "clusterTemplate": template,
+        },
+    }
+    kube.apply(restore, namespace=ns)
+    wait_until(
+        "EtcdRestore auth-restore Completed",
+        lambda: (
+            kube.get(RESTORES, "auth-restore", ns).get("status", {}).get("phase") == "Completed"
+        ),
+        300,
+    )
+    restored = type(etcd_cluster)(kube, ns, "restored")
+    wait_auth_applied(restored, True, ["app"])
+    assert password(kube, ns, "restored-user-root") == password(kube, ns, f"{name}-user-root")
+    restored_app = f"app:{password(kube, ns, 'restored-user-app')}"
+    got = restored.etcdctl(f"--user={restored_app}", "get", "/app/before", "--print-value-only")
+    assert got.stdout.strip() == "written before auth"
 
     # Users converge: app removed (its user and role), reader added with read only.
     etcd_cluster.patch_spec(auth={"users": [READER]})

@@ -71,4 +71,7 @@ def test_missing_own_secrets_are_reported_and_nothing_starts(etcd_cluster):
     condition = wait_until("Degraded CertificatesInvalid", degraded, 120)
     assert "no-such-server" in condition["message"] and "does not exist" in condition["message"]
     assert "CertificatesInvalid" in etcd_cluster.event_reasons()
+    # Nothing is started, and the status says so rather than keeping a stale Available.
+    available = etcd_cluster.condition("Available")
+    assert (available["status"], available["reason"]) == ("False", "CertificatesInvalid")
     assert kube.get(PEERS, namespace=namespace)["items"] == []

@@ -254,6 +254,26 @@ def test_report_of_a_healthy_cluster_is_available_and_lists_members_with_their_p
     assert result["requeue"] == "steady" and result["events"] == []
 
 
+def test_invalid_certificates_hold_every_step_but_the_status_still_tells_what_etcd_does():
+    # The role reports with this hold instead of a planned step (reconcile.yml).
+    hold = {
+        "action": "wait",
+        "reason": "CertificatesInvalid",
+        "requeue": "degraded",
+        "message": "spec.tls.peer.secretName: Secret mine does not exist",
+    }
+    result = report(observed(3, started(3), healthy(3)), hold)
+    assert conditions_of(result) == {
+        "Available": ("True", "AllMembersHealthy"),
+        "Progressing": ("True", "CertificatesInvalid"),
+        "Degraded": ("True", "CertificatesInvalid"),
+    }
+    assert result["status"]["phase"] == "Degraded"
+    assert [e["reason"] for e in result["events"]] == ["CertificatesInvalid"]
+    down = report(observed(3, started(3), reachable=False, members=[]), hold)
+    assert conditions_of(down)["Available"][0] == "False"
+
+
 def test_report_of_a_cluster_with_an_unhealthy_member_is_degraded_and_not_available():
     members = [member(0, leader=True), member(1), member(2, healthy=False)]
     result = report_for(observed(5, started(3), members))

@@ -33,6 +33,7 @@ NOT_STEPS = {
     "disruption_budget",
     "certificates",
     "authentication",
+    "report",
 }
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"
