@@ -151,6 +151,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     API_VERSION,
     CLUSTER_KIND,
+    cluster_owner_reference,
     user_secret_name,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_auth import (
@@ -203,14 +204,7 @@ def run(module, kube):
         return result  # no authentication, and none to turn off
     owner = None
     if p["owner_uid"]:
-        owner = {
-            "apiVersion": p["api_version"],
-            "kind": CLUSTER_KIND,
-            "name": p["name"],
-            "uid": p["owner_uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        owner = cluster_owner_reference(p["name"], p["owner_uid"], p["api_version"])
     store = CredentialSecrets(kube, p["namespace"], p["name"], owner, check=module.check_mode)
     path = password_file_path(p["credentials_dir"], p["namespace"], p["name"])
     create = p["create_secrets"] and settings["declared"]

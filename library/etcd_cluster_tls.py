@@ -157,6 +157,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     API_VERSION,
     CLUSTER_KIND,
     ClusterNetwork,
+    cluster_owner_reference,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KUBE_CLIENT_ARGUMENT_SPEC,
@@ -197,14 +198,7 @@ def run(module, kube):
     )
     owner = None
     if p["owner_uid"]:
-        owner = {
-            "apiVersion": p["api_version"],
-            "kind": CLUSTER_KIND,
-            "name": p["name"],
-            "uid": p["owner_uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        owner = cluster_owner_reference(p["name"], p["owner_uid"], p["api_version"])
     manager = CertificateManager(kube, network, owner, issue=p["issue"], check=module.check_mode)
     report = ensure_certificates(manager, resolved, p["replicas"], p["users"])
     report.connection = write_operator_credentials(

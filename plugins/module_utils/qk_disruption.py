@@ -15,8 +15,8 @@ waits while a member is down or restarting (an upgrade, a replacement).
 from __future__ import annotations
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
-    CLUSTER_KIND,
     CLUSTER_LABEL,
+    cluster_owner_reference,
     member_labels,
     tolerable_failures,
 )
@@ -61,16 +61,7 @@ def render_pdb(cluster, namespace, unavailable, owner_uid, api_version):
             "name": pdb_name(cluster),
             "namespace": namespace,
             "labels": member_labels(cluster),
-            "ownerReferences": [
-                {
-                    "apiVersion": api_version,
-                    "kind": CLUSTER_KIND,
-                    "name": cluster,
-                    "uid": owner_uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
+            "ownerReferences": [cluster_owner_reference(cluster, owner_uid, api_version)],
         },
         "spec": {
             "maxUnavailable": int(unavailable),

@@ -70,6 +70,19 @@ def client_service_name(cluster: str) -> str:
     return f"{cluster}-client"
 
 
+def cluster_owner_reference(cluster: str, uid: str, api_version: str = API_VERSION) -> dict:
+    """The controller owner reference to EtcdCluster ``cluster`` of the objects made for it
+    (Secrets, PodDisruptionBudget): deleted with it, never before it."""
+    return {
+        "apiVersion": api_version,
+        "kind": CLUSTER_KIND,
+        "name": cluster,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
 def user_secret_name(cluster: str, user: str) -> str:
     """The Secret with an etcd user's credentials (password, and with TLS its certificate)."""
     return f"{cluster}-user-{user}"
