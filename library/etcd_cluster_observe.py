@@ -123,7 +123,8 @@ backups:
 etcd:
   description: What etcd says, as etcd_cluster_info returns it (reachable, members, leader, quorum,
     healthy, cluster_version, endpoint_errors), and alarms (C([{member_id, alarm}]), null
-    when no healthy member answered).
+    when no healthy member answered). When etcd refuses the connection's credentials,
+    C(credentials_refused) holds its answer, C(reachable) is true and nothing else is known.
   type: dict
   returned: always
 """
@@ -153,6 +154,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
+    EtcdCredentialsRefused,
     EtcdOperationError,
     EtcdUnreachable,
 )
@@ -307,6 +309,10 @@ def observe_etcd(p, peers):
             return info
     except EtcdUnreachable as exc:
         return dict(UNREACHABLE, endpoint_errors=exc.errors)
+    except EtcdCredentialsRefused as exc:
+        # etcd answers but will not tell this user anything (3.5 and later not even member
+        # health): what it holds is unknown, not gone, and nothing may be decided on it.
+        return dict(UNREACHABLE, reachable=True, credentials_refused=str(exc))
 
 
 def observe_alarms(client, info):
@@ -408,14 +414,15 @@ def main():
     try:
         observed["etcd"] = observe_etcd(p, observed["peers"])
     except EtcdOperationError as exc:
-        # etcd refused the credentials: it answers, so reporting it unreachable would be a
-        # lie the role might act on (a disaster recovery).
+        # etcd answered with an error: reporting it unreachable would be a lie the role might
+        # act on (a disaster recovery).
         module.fail_json(msg=f"cannot observe etcd of {p['namespace']}/{p['name']}: {exc}")
     except (ValueError, OSError) as exc:
         module.fail_json(msg=f"invalid etcd connection options: {exc}")
     observed["now"] = now_timestamp()
     lost = any(data_lost(x["pvc_uid"], observed["pvcs"].get(x["name"])) for x in observed["peers"])
-    if not observed["etcd"]["healthy"] and (observed["etcd"]["reachable"] or lost):
+    etcd = observed["etcd"]
+    if not etcd["healthy"] and not etcd.get("credentials_refused") and (etcd["reachable"] or lost):
         # Without a quorum only: the backup to restore from (by a person, or by the automatic
         # disaster recovery).
         observed.update(observe_backups(p, direct))

@@ -20,8 +20,10 @@ import urllib.request
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     HAS_ETCD3AIO,
+    EtcdCredentialsRefused,
     EtcdUnreachable,
     NoLeader,
+    credentials_refused,
     describe_error,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members import (
@@ -124,6 +126,9 @@ class EtcdClient(EtcdSession):
             results = self._run(self._first_answers(calls))
             for ep, res in zip(endpoints, results, strict=False):
                 if isinstance(res, BaseException):
+                    refused = credentials_refused(res)
+                    if refused:
+                        raise EtcdCredentialsRefused(f"MemberList via {ep}: {refused}", res)
                     if ep not in errors:
                         errors[ep] = describe_error(res)
                     continue

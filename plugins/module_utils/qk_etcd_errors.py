@@ -4,7 +4,8 @@
 
 Whether etcd3aio (and gRPC) is installed (``HAS_ETCD3AIO``, which the modules check before
 connecting); the exceptions the client raises (``EtcdUnreachable``: no endpoint answered,
-``EtcdOperationError``: etcd answered with an error, ``NoLeader``); the substrings of etcd's
+``EtcdOperationError``: etcd answered with an error, ``EtcdCredentialsRefused``: to a
+login, ``NoLeader``); the substrings of etcd's
 server errors the modules act on; and the classification and wording of an error for the user
 (``describe_error``, with hints for gRPC's TLS failures; ``etcd_error_detail``,
 ``is_transient_cluster_error``, ``is_connection_error``).
@@ -38,6 +39,15 @@ ERR_NOT_ENOUGH_STARTED = "not enough started members"
 # Cluster-level conditions that clear by themselves (etcd's strict reconfiguration check wants
 # the leader connected to every voter for 5 seconds; elections).
 TRANSIENT_CLUSTER_ERRORS = ("unhealthy cluster", "leader changed", "no leader")
+
+# etcd's answers to a call without a user, or with a user it does not know (3.5 and later ask
+# for one even for MemberList and Status once authentication is on).
+CREDENTIALS_REFUSED_ERRORS = (
+    "user name is empty",
+    "invalid auth token",
+    "authentication failed",
+    "user name not found",
+)
 
 # What gRPC's TLS failures mean for the connection options: its own words ("Unwrap failed
 # (TSI_DATA_CORRUPTED)") name neither the cause nor the option to check. Measured against etcd
@@ -112,6 +122,20 @@ class EtcdOperationError(Exception):
     @property
     def details(self):
         return str(self)
+
+
+class EtcdCredentialsRefused(EtcdOperationError):
+    """etcd answered a login with an error: the user or its password is not what etcd has.
+    The cluster answers, so a caller must not take it for unreachable (a disaster recovery
+    decided on that would be a lie acted upon)."""
+
+
+def credentials_refused(exc):
+    """etcd's words when ``exc`` is its refusal of the caller's credentials, else None."""
+    detail = etcd_error_detail(exc)
+    if detail and any(e in detail for e in CREDENTIALS_REFUSED_ERRORS):
+        return detail
+    return None
 
 
 def is_connection_error(exc):

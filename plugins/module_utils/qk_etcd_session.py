@@ -15,6 +15,7 @@ import asyncio
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     ETCD3AIO_IMPORT_ERROR,
     HAS_ETCD3AIO,
+    EtcdCredentialsRefused,
     EtcdOperationError,
     EtcdUnreachable,
     describe_error,
@@ -146,7 +147,7 @@ class EtcdSession:
                     # off): until then the cluster is used without a user.
                     return
                 if detail:  # etcd answered: wrong credentials, ...
-                    raise EtcdOperationError(
+                    raise EtcdCredentialsRefused(
                         f"authenticating as {self.profile.username} via {endpoint} failed: "
                         f"{detail}",
                         exc,

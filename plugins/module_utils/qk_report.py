@@ -37,6 +37,7 @@ PROBLEM_REASONS = {
     "UpgradeRefused",
     "AlarmActive",
     "CertificatesInvalid",
+    "CredentialsRefused",
 }
 MISSING_POD_GRACE_SECONDS = 30
 # A cluster version etcd has decided (it says ``not_decided`` before).
@@ -80,7 +81,14 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         degraded_message = "; ".join(p["message"] for p in problems)
     else:
         degraded_reason, degraded_message = step["reason"], step["message"]
-    if available:
+    refused = info.get("credentials_refused")
+    if refused:
+        available_reason = "CredentialsRefused"
+        available_message = (
+            f"etcd answers but refuses the operator's credentials, so whether its members are "
+            f"healthy is unknown: {refused}"
+        )
+    elif available:
         available_reason = "AllMembersHealthy"
         available_message = (
             f"{len(healthy_voters)} of {len(members)} members healthy, leader "
@@ -103,7 +111,7 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     conditions = [
         {
             "type": "Available",
-            "status": str(available),
+            "status": "Unknown" if refused else str(available),
             "reason": available_reason,
             "message": available_message,
         },
@@ -129,13 +137,19 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         "members": member_statuses,
         "leader": leader.get("name", "") if leader else "",
     }
+    if refused:
+        # Nothing was learnt about the members: what was last seen stays, marked by the
+        # conditions as unknown now, rather than every member turned unhealthy.
+        for field in ("readyReplicas", "members", "leader"):
+            if field in current:
+                status[field] = current[field]
     version = _cluster_version(info, current.get("clusterVersion") or "")
     if version:
         status["clusterVersion"] = version
     status["recovery"] = _recovery_status(observed, current, step)
 
     peer_statuses = []
-    for peer in peers:
+    for peer in [] if refused else peers:
         wanted = _peer_status(
             peer,
             by_peer.get(peer["name"]),
@@ -152,11 +166,12 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     )
     if degraded and current_degraded.get("message") != degraded_message:
         events.append({"reason": degraded_reason, "type": "Warning", "message": degraded_message})
-    upgrading = _upgrading_members(observed, member_statuses)
-    events += _restart_events(
-        current.get("members"), [m for m in member_statuses if m["name"] not in upgrading]
-    )
-    events += _upgrade_events(observed, member_statuses)
+    if not refused:
+        upgrading = _upgrading_members(observed, member_statuses)
+        events += _restart_events(
+            current.get("members"), [m for m in member_statuses if m["name"] not in upgrading]
+        )
+        events += _upgrade_events(observed, member_statuses)
     requeue = step["requeue"]
     if problems and requeue != "next":
         requeue = "degraded"

@@ -5,6 +5,7 @@ operator working (scale-up, backups) and converges when users change or auth is 
 from __future__ import annotations
 
 import base64
+import json
 
 from backuphelpers import BACKUPS, backup_manifest, credentials_secret, object_url, wait_backup
 from kubehelpers import wait_until
@@ -19,6 +20,11 @@ READER = {"name": "reader", "permissions": [{"keyPrefix": "/app/", "access": "re
 def password(kube, namespace, secret):
     data = kube.get("secret", secret, namespace)["data"]
     return base64.b64decode(data["password"]).decode()
+
+
+def set_password(kube, namespace, secret, value):
+    patch = {"data": {"password": base64.b64encode(value.encode()).decode()}}
+    kube("patch", "secret", secret, "-n", namespace, "--type=merge", "-p", json.dumps(patch))
 
 
 def wait_auth_applied(etcd_cluster, enabled, users):
@@ -98,6 +104,31 @@ def test_auth_on_a_running_cluster_scopes_each_user_and_keeps_the_operator_worki
     restored_app = f"app:{password(kube, ns, 'restored-user-app')}"
     got = restored.etcdctl(f"--user={restored_app}", "get", "/app/before", "--print-value-only")
     assert got.stdout.strip() == "written before auth"
+
+    # Root's Secret changed by hand while authentication is on: once the operator reads it again
+    # (here because spec.auth changes), etcd refuses the new password. The status says so at once
+    # (health unknown, Degraded) instead of staying Available, and nothing is done to the
+    # cluster, which keeps serving; with the old password back, everything converges again.
+    root_secret = f"{name}-user-root"
+    root_password = password(kube, ns, root_secret)
+    set_password(kube, ns, root_secret, "not-what-etcd-has")
+    etcd_cluster.patch_spec(auth={"users": [APP, READER]})
+    wait_until(
+        "the cluster Degraded by refused credentials",
+        lambda: (
+            etcd_cluster.condition("Degraded").get("reason") == "CredentialsRefused"
+            and etcd_cluster.condition("Available").get("status") == "Unknown"
+        ),
+        120,
+    )
+    assert etcd_cluster.get()["status"]["readyReplicas"] == 3, "last seen health is kept"
+    assert {"AuthFailed", "CredentialsRefused"} <= etcd_cluster.event_reasons()
+    got = etcd_cluster.etcdctl(f"--user={app}", "get", "/app/k", "--print-value-only")
+    assert got.stdout.strip() == "v", "etcd itself keeps serving its users"
+    set_password(kube, ns, root_secret, root_password)
+    wait_auth_applied(etcd_cluster, True, ["app", "reader"])
+    etcd_cluster.wait_available(3, timeout=120)
+    assert etcd_cluster.condition("Degraded")["status"] == "False"
 
     # Users converge: app removed (its user and role), reader added with read only.
     etcd_cluster.patch_spec(auth={"users": [READER]})

@@ -277,6 +277,15 @@ class EtcdCluster:
             timeout,
         )
 
+    def stop_and_wait_for_leader(self, name, timeout=30.0):
+        """Stop a member, then wait until every other running member is healthy again: the
+        stopped one may have been the leader, and until an election ends etcd reports no leader
+        (a caller asserting on a healthy cluster right after the stop would race it)."""
+        self.stop(name)
+        for other, node in self.nodes.items():
+            if other != name and node.running():
+                self.wait_healthy(other, timeout)
+
     def wait_serving(self, name, timeout=30.0):
         self._wait(
             name,

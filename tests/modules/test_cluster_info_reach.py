@@ -42,7 +42,7 @@ def test_a_stopped_member_is_not_credited_with_another_ones_answer(
     unresolvable_cluster, run_module
 ):
     cluster = unresolvable_cluster
-    cluster.stop("n2")
+    cluster.stop_and_wait_for_leader("n2")
     res = run_module("etcd_cluster_info", {"endpoints": cluster.endpoints(), "timeout": 3})
     assert not res["failed"], res
     health = {m["name"]: m["healthy"] for m in res["members"]}

@@ -64,7 +64,7 @@ def test_cluster_info_healthy(etcd_factory, run_module, etcd_version):
 
 def test_cluster_info_member_down(etcd_factory, run_module):
     cluster = etcd_factory(3)
-    cluster.stop("n2")
+    cluster.stop_and_wait_for_leader("n2")
     # only the dead member's endpoint first: the module must move on to the next one
     res = run_module("etcd_cluster_info", {"endpoints": cluster.endpoints(["n2", "n0"])})
     assert not res["failed"], res

@@ -274,6 +274,43 @@ def test_invalid_certificates_hold_every_step_but_the_status_still_tells_what_et
     assert conditions_of(down)["Available"][0] == "False"
 
 
+def test_refused_credentials_make_health_unknown_and_keep_what_was_last_seen():
+    # etcd 3.5+ tells a caller it does not know nothing, not even member health: the status
+    # says so instead of calling every member unhealthy (or the cluster Available).
+    before = report_for(observed(3, started(3), healthy(3)))["status"]
+    refused = observed(3, started(3), members=[], current={**before, "conditions": []})
+    refused["etcd"] = {
+        "reachable": True,
+        "healthy": False,
+        "members": [],
+        "credentials_refused": "etcdserver: authentication failed, invalid user ID or password",
+    }
+    hold = {
+        "action": "wait",
+        "reason": "CredentialsRefused",
+        "requeue": "degraded",
+        "message": "etcd refuses the operator's login as root",
+    }
+    result = report(refused, hold)
+    assert conditions_of(result) == {
+        "Available": ("Unknown", "CredentialsRefused"),
+        "Progressing": ("True", "CredentialsRefused"),
+        "Degraded": ("True", "CredentialsRefused"),
+    }
+    available = next(c for c in result["conditions"] if c["type"] == "Available")
+    assert "invalid user ID or password" in available["message"]
+    status = result["status"]
+    assert status["phase"] == "Degraded"
+    assert (status["members"], status["readyReplicas"], status["leader"]) == (
+        before["members"],
+        3,
+        "c-0",
+    )
+    assert result["peer_statuses"] == [], "the peers' last known health is not overwritten"
+    assert [e["reason"] for e in result["events"]] == ["CredentialsRefused"]
+    assert result["requeue"] == "degraded"
+
+
 def test_report_of_a_cluster_with_an_unhealthy_member_is_degraded_and_not_available():
     members = [member(0, leader=True), member(1), member(2, healthy=False)]
     result = report_for(observed(5, started(3), members))

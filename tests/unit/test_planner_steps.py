@@ -34,6 +34,7 @@ NOT_STEPS = {
     "certificates",
     "authentication",
     "report",
+    "root_password",
 }
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"
