@@ -28,9 +28,13 @@ demo: cluster-up deploy ## Local cluster + operator + the sample 3-member EtcdCl
 	@echo; echo "export KUBECONFIG=$(KUBECONFIG)   # then: kubectl get etcdc (or: kubectl get quorumkeeper)"
 
 .PHONY: test
-test: toolchain ## Lint, then every test suite (starts and stops the servers it needs)
+test: toolchain ## Lint, then every test suite (starts and stops the servers it needs); PYTEST_ARGS=... runs that selection instead
 	$(MAKE) --no-print-directory lint
+ifeq ($(strip $(PYTEST_ARGS)),)
+	$(PYTHON) hack/test_lanes.py
+else
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
+endif
 
 ##@ Local cluster
 

@@ -48,3 +48,30 @@ def namespace(local_cluster):
     )
     yield name
     local_cluster.run("delete", "namespace", name, "--wait=false", check=False)
+
+
+# `make test` runs the suite as two concurrent pytest processes (hack/test_lanes.py): the tests
+# that use the local cluster, one at a time as before, and beside them every test that does not
+# (real etcd, its own API servers and object stores, on free ports), which mostly waits on
+# processes starting and so fits in the first lane's idle time.
+LANE_ENV = "QK_TEST_LANE"
+
+
+def uses_local_cluster(item) -> bool:
+    return "local_cluster" in getattr(item, "fixturenames", ()) or bool(
+        item.get_closest_marker("cluster")
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    lane = os.environ.get(LANE_ENV)
+    if not lane:
+        return
+    if lane not in ("cluster", "local"):
+        raise pytest.UsageError(f"{LANE_ENV} must be 'cluster' or 'local', not {lane!r}")
+    keep, drop = [], []
+    for item in items:
+        (keep if uses_local_cluster(item) == (lane == "cluster") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
