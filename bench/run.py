@@ -743,6 +743,17 @@ def profile_medians(rounds: list[list[dict]]) -> list[dict]:
     return summary
 
 
+class LargeVolumeDriver(EtcdClusterDriver):
+    """A cluster whose members' volumes hold a 1 GiB database: the operator derives the backend
+    quota from the volume (spec.options), and the e2e driver's 128Mi volumes get 64 MiB."""
+
+    def manifest(self, replicas: int) -> dict:
+        manifest = super().manifest(replicas)
+        requests = manifest["spec"]["storage"]["volumeClaimTemplate"]["resources"]["requests"]
+        requests["storage"] = "4Gi"
+        return manifest
+
+
 class TLSClusterDriver(EtcdClusterDriver):
     """The same cluster with operator-managed TLS on client and peer traffic."""
 
@@ -1158,7 +1169,7 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
 
     deploy_operator(kube)
     store, client, bucket = minio_store()
-    driver = new_driver(kube)
+    driver = LargeVolumeDriver(kube, fresh_namespace(kube), name="bench")
     workdir = Path(tempfile.mkdtemp(prefix="qk-bench-"))
     keys = []
 

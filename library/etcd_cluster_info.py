@@ -45,8 +45,8 @@ members:
   description: >-
     Members: name, id (hex as etcdctl prints), peer_urls, client_urls, is_learner, healthy
     (it answered a status call, on an advertised client URL or else on one of I(endpoints)),
-    is_leader, version, db_size, raft_index, raft_term, errors (of the URLs that did not
-    answer).
+    is_leader, version, db_size, db_size_in_use (bytes; the rest is free pages that only a
+    defragmentation returns), raft_index, raft_term, errors (of the URLs that did not answer).
   type: list
   elements: dict
   returned: always

@@ -16,6 +16,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
     resolve,
     schemes,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    effective_options,
+)
 
 try:
     from ansible.errors import AnsibleFilterError
@@ -147,6 +150,7 @@ def etcd_peer_spec(peer, cluster_spec, state, members, naming):
     tls = peer_tls_spec(resolve(network.cluster, cluster_spec.get("tls")))
     if tls:
         spec["tls"] = tls
+    spec["options"] = effective_options(cluster_spec)
     return spec
 
 

@@ -19,12 +19,15 @@ import ssl
 import urllib.request
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
+    ERR_COMPACTED,
     HAS_ETCD3AIO,
     EtcdCredentialsRefused,
+    EtcdOperationError,
     EtcdUnreachable,
     NoLeader,
     credentials_refused,
     describe_error,
+    etcd_error_detail,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members import (
     leader_from_statuses,
@@ -261,6 +264,7 @@ class EtcdClient(EtcdSession):
             m["errors"] = list(errs) + (list(st["errors"]) if st else [])
             m["version"] = st["version"] if st else None
             m["db_size"] = st["db_size"] if st else None
+            m["db_size_in_use"] = st["db_size_in_use"] if st else None
             m["raft_index"] = st["raft_index"] if st else None
             m["raft_term"] = st["raft_term"] if st else None
         leader_int = leader_from_statuses([s for s in statuses if s])
@@ -337,6 +341,49 @@ class EtcdClient(EtcdSession):
 
         alarms, _ = self._call_any(endpoints or self.endpoints, call, "Alarm")
         return alarms
+
+    def alarm_disarm(self, member_id, alarm, endpoints=None):
+        """Deactivate ``alarm`` (``NOSPACE``, ``CORRUPT``) of member ``member_id`` (hex)."""
+        alarm_type = next(code for code, name in ALARM_NAMES.items() if name == alarm)
+
+        async def call(ep):
+            await self._maint(ep).alarm_deactivate(
+                alarm_type, member_id=parse_member_id(member_id), timeout=self.timeout
+            )
+
+        self._call_any(endpoints or self.endpoints, call, "Alarm disarm")
+
+    def compact(self, revision, endpoints=None):
+        """Compact the key history up to ``revision``, waiting until the backend has freed it
+        (physical), so that a defragmentation right after returns the space. Returns False when
+        etcd had already compacted that far."""
+
+        async def call(ep):
+            await self._kv(ep).compact(revision, physical=True, timeout=self.timeout)
+
+        try:
+            self._call_any(endpoints or self.endpoints, call, "Compact")
+        except EtcdOperationError as exc:
+            if ERR_COMPACTED in str(exc):
+                return False
+            raise
+        return True
+
+    def defragment(self, endpoint, timeout):
+        """Defragment the backend of the member serving ``endpoint`` (only that member): it
+        rewrites its database and answers nothing else meanwhile, so ``timeout`` is the
+        defragmentation's own, not the client's."""
+
+        async def call():
+            await self._maint(endpoint).defragment(timeout=timeout)
+
+        try:
+            self._run(call())
+        except Exception as exc:  # noqa: BLE001 - said with the member's address
+            detail = etcd_error_detail(exc)
+            raise EtcdOperationError(
+                f"Defragment via {endpoint} failed: {detail or describe_error(exc)}", exc
+            ) from exc
 
     def auth_call(self, method, *args, **kwargs):
         """One call of etcd's Auth API: ``AuthService.<method>`` (``user_add``, ``role_get``,

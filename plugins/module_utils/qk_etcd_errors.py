@@ -36,6 +36,7 @@ ERR_PEER_URL_EXISTS = "Peer URLs already exists"
 ERR_MEMBER_NOT_FOUND = "member not found"
 ERR_NOT_LEARNER = "can only promote a learner member"
 ERR_NOT_ENOUGH_STARTED = "not enough started members"
+ERR_COMPACTED = "required revision has been compacted"
 # Cluster-level conditions that clear by themselves (etcd's strict reconfiguration check wants
 # the leader connected to every voter for 5 seconds; elections).
 TRANSIENT_CLUSTER_ERRORS = ("unhealthy cluster", "leader changed", "no leader")

@@ -36,6 +36,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     member_labels,
     seconds_between,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import option_flags
 
 # ansible-operator maps changes of objects carrying these annotations to the named owner
 # (operator-lib's EnqueueRequestForAnnotation) without an ownerReference, so a PVC can wake its
@@ -216,6 +217,7 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
             # Disaster recovery only: one start as a one-member cluster on the survivor's data.
             *(["--force-new-cluster"] if spec.get("forceNewCluster") else []),
             *tls_flags(tls, settings["metrics_port"]),
+            *option_flags(spec.get("options")),
         ],
         "ports": [
             {"name": "client", "containerPort": client_port},

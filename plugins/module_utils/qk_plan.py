@@ -58,6 +58,10 @@ With a healthy quorum (the rules below return None without one):
 - unhealthy_members [wait]: nothing changes while a voting member is unhealthy.
 - promote [promote, wait]: a started learner: promote it once it has caught up (a learner still
   starting is waited for).
+- recover_space [recover_space, wait] (qk_plan_space): etcd raised NOSPACE and refuses writes:
+  compact, defragment member by member (the leader last, leadership moved first) and disarm,
+  before any membership change; when the alarm is back soon after, the live data is at the
+  quota and the step waits (DatabaseQuotaExceeded) saying what a person can do.
 - add_member [add_member]: fewer voting members than spec.replicas: add the lowest free ordinal
   as a learner, start it and promote it when it has caught up.
 - remove_member [remove_member]: more members than spec.replicas: remove the highest ordinal
@@ -97,6 +101,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_recovery
     quorum_lost,
     recovery_under_way,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_space import (
+    recover_space,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
     PlanContext,
     Rule,
@@ -123,6 +130,7 @@ RULES: tuple[Rule, ...] = (
     replace_member,
     unhealthy_members,
     promote,
+    recover_space,
     add_member,
     remove_member,
     replace_stale_peer,

@@ -41,6 +41,7 @@ STEP_ACTIONS = MappingProxyType(
         "promote": "promote a learner that has caught up to a voting member",
         "add_member": "add the lowest free ordinal as a learner and start it",
         "remove_member": "remove the highest ordinal (its leadership moved first)",
+        "recover_space": "NOSPACE: compact, defragment member by member, disarm the alarm",
         "wait": "nothing can be done safely now; the message says what is waited for",
         "none": "the cluster matches its spec",
     }
@@ -74,7 +75,7 @@ class Step(TypedDict, total=False):
     from_version: str  # upgrade_member: the version it ran
     move_leader_to: str  # upgrade_member: leadership moves there first ("" for none)
     voters_after: int  # add_member
-    members: list[dict]  # repair_members: [{name}]
+    members: list[dict]  # repair_members, recover_space: [{name}]
     peers: list[str]  # hand_over_members
     peers_to_create: list[str]  # bootstrap
     peers_to_update: list[str]  # update_peers

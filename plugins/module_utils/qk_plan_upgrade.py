@@ -273,7 +273,9 @@ def _upgrade_down_member(ctx: PlanContext, name: str, target: str, count: str) -
     )
 
 
-def _upgrade_next_member(ctx: PlanContext, moving: list[str], target: str, count: str) -> Step:
+def _upgrade_next_member(
+    ctx: PlanContext, moving: list[str], target: str, count: str
+) -> Step | None:
     """The gate (every member healthy, its pod ready, caught up with the leader, no alarm),
     then the next member: the highest ordinal that does not lead, the leader last."""
     members, info = ctx.by_peer, ctx.etcd
@@ -287,6 +289,9 @@ def _upgrade_next_member(ctx: PlanContext, moving: list[str], target: str, count
             "degraded",
         )
     alarms = (info.get("alarms") or []) if isinstance(info.get("alarms"), list) else []
+    if alarms and all(a.get("alarm") == "NOSPACE" for a in alarms):
+        # The space is given back first (recover_space); the upgrade goes on afterwards.
+        return None
     if alarms:
         by_id = {m.get("id"): n for n, m in members.items()}
         active = ", ".join(
@@ -296,8 +301,7 @@ def _upgrade_next_member(ctx: PlanContext, moving: list[str], target: str, count
         return make_step(
             "wait",
             "AlarmActive",
-            f"upgrading to {target} ({count}) waits: etcd alarm {active} is active (for "
-            "NOSPACE: compact and defragment to free space, then etcdctl alarm disarm)",
+            f"upgrading to {target} ({count}) waits: etcd alarm {active} is active",
             "degraded",
         )
     unready = sorted(

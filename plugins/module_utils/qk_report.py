@@ -38,6 +38,20 @@ PROBLEM_REASONS = {
     "AlarmActive",
     "CertificatesInvalid",
     "CredentialsRefused",
+    "DatabaseQuotaExceeded",
+}
+# etcd alarms: what each means for the cluster's users (the Degraded and Available reason).
+ALARM_PROBLEMS = {
+    "NOSPACE": (
+        "DatabaseQuotaExceeded",
+        "etcd refuses writes (it serves reads and deletes): the database reached its backend "
+        "quota, NOSPACE alarm raised on {members}",
+    ),
+    "CORRUPT": (
+        "DataCorrupted",
+        "etcd found members whose data differs from the others', CORRUPT alarm raised on "
+        "{members}: it refuses writes; see etcd's logs and the disaster recovery docs",
+    ),
 }
 MISSING_POD_GRACE_SECONDS = 30
 # A cluster version etcd has decided (it says ``not_decided`` before).
@@ -59,20 +73,24 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     peers = [p for p in observed.get("peers", []) if not p.get("deleting")]
     members = info.get("members", []) if info.get("reachable") else []
     by_peer = {member_peer_name(m, cluster): m for m in members}
+    alarms = info.get("alarms") if isinstance(info.get("alarms"), list) else []
     member_statuses = sorted(
-        (_member_status(m, cluster, pods) for m in members), key=lambda m: ordinal_of(m["name"])
+        (_member_status(m, cluster, pods, alarms) for m in members),
+        key=lambda m: ordinal_of(m["name"]),
     )
     leader = next((m for m in members if m.get("is_leader")), None)
     healthy_voters = [
         m for m in member_statuses if m["healthy"] and m["podReady"] and not m["isLearner"]
     ]
     peer_names = {p["name"] for p in peers}
-    problems = _problems(observed)
+    alarm_problems = _alarm_problems(info, members, cluster)
+    problems = alarm_problems + _problems(observed)
     available = bool(
         info.get("healthy")
         and members
         and all(m["healthy"] and m["podReady"] and not m["isLearner"] for m in member_statuses)
         and peer_names <= set(by_peer)
+        and not alarm_problems
     )
     progressing = step["action"] != "none" or not available
     degraded = step["reason"] in PROBLEM_REASONS or bool(problems)
@@ -88,6 +106,9 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
             f"etcd answers but refuses the operator's credentials, so whether its members are "
             f"healthy is unknown: {refused}"
         )
+    elif alarm_problems and info.get("healthy"):
+        available_reason = alarm_problems[0]["reason"]
+        available_message = "; ".join(p["message"] for p in alarm_problems)
     elif available:
         available_reason = "AllMembersHealthy"
         available_message = (
@@ -137,6 +158,9 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         "members": member_statuses,
         "leader": leader.get("name", "") if leader else "",
     }
+    if current.get("maintenance"):
+        # Written by the step that made it; kept in what the next round plans from.
+        status["maintenance"] = current["maintenance"]
     if refused:
         # Nothing was learnt about the members: what was last seen stays, marked by the
         # conditions as unknown now, rather than every member turned unhealthy.
@@ -188,6 +212,25 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     }
 
 
+def _alarm_problems(info: dict, members: list[dict], cluster: str) -> list[dict]:
+    """etcd's active alarms as problems: [{reason, message}], one per kind of alarm."""
+    alarms = info.get("alarms") if isinstance(info.get("alarms"), list) else []
+    names = {m.get("id"): member_peer_name(m, cluster) for m in members}
+    found = []
+    for kind, (reason, message) in ALARM_PROBLEMS.items():
+        raised = sorted(
+            {
+                names.get(a.get("member_id"), a.get("member_id"))
+                for a in alarms
+                if a.get("alarm") == kind
+            },
+            key=ordinal_of,
+        )
+        if raised:
+            found.append({"reason": reason, "message": message.format(members=", ".join(raised))})
+    return found
+
+
 def _problems(observed: dict) -> list[dict]:
     """Pod and volume problems that need a person: [{peer, reason, message}] by ordinal."""
     found = []
@@ -232,10 +275,10 @@ def _cluster_version(info: dict, previous: str) -> str:
     return version
 
 
-def _member_status(member: dict, cluster: str, pods: dict) -> dict:
+def _member_status(member: dict, cluster: str, pods: dict, alarms: list | None = None) -> dict:
     name = member_peer_name(member, cluster)
     pod = pods.get(name) or {}
-    return {
+    status = {
         "name": name,
         "id": member.get("id"),
         "isLearner": bool(member.get("is_learner")),
@@ -246,6 +289,15 @@ def _member_status(member: dict, cluster: str, pods: dict) -> dict:
         "podReady": bool(pod.get("ready")),
         "restarts": int(pod.get("restarts") or 0),
     }
+    # Sizes only from a member that answered: a missing size is unknown, not zero.
+    if member.get("db_size") is not None:
+        status["dbSize"] = int(member["db_size"])
+    if member.get("db_size_in_use") is not None:
+        status["dbSizeInUse"] = int(member["db_size_in_use"])
+    raised = sorted(a.get("alarm") for a in alarms or [] if a.get("member_id") == member.get("id"))
+    if raised:
+        status["alarms"] = raised
+    return status
 
 
 def _peer_status(peer: dict, member: dict | None, pod: dict | None, lost: bool) -> dict:

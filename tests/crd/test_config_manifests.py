@@ -573,3 +573,20 @@ def test_bundle_csv_deployment_accepted_by_api_server(kube_api, namespace):
         "create", "-n", namespace, "--dry-run=server", "-f", "-", input=json.dumps(obj), check=False
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_every_etcd_module_of_the_cluster_role_reaches_etcd_as_the_operator():
+    """An etcd module the etcdcluster role calls without the playbook's connection defaults
+    would reach a TLS or auth cluster without credentials (and fail only there)."""
+    connection_modules = {
+        path.stem
+        for path in (ROOT / "library").glob("*.py")
+        if "quorumkeeper.etcd.etcd_connection\n" in path.read_text()
+    }
+    used = set()
+    for path in (ROOT / "roles/etcdcluster/tasks").glob("*.yml"):
+        for task in yaml.safe_load(path.read_text()) or []:
+            for block in [task, *task.get("block", []), *task.get("rescue", [])]:
+                used |= set(block) & connection_modules
+    (play,) = yaml.safe_load((ROOT / "playbooks/etcdcluster.yml").read_text())
+    assert used and used <= set(play["module_defaults"]), used - set(play["module_defaults"])

@@ -291,6 +291,7 @@ def test_etcdcluster_status_fields():
         "recovery",
         "tls",
         "auth",
+        "maintenance",
     }
     assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}
     member = status["members"]["items"]["properties"]
@@ -304,6 +305,9 @@ def test_etcdcluster_status_fields():
         "pod",
         "podReady",
         "restarts",
+        "dbSize",
+        "dbSizeInUse",
+        "alarms",
     }
     assert status["conditions"]["x-kubernetes-list-type"] == "map"
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]
@@ -331,7 +335,7 @@ def test_shared_shapes_are_identical():
     set of rules (and one set of role code) applies everywhere."""
     cluster_spec = schema_of("EtcdCluster")["properties"]["spec"]
     peer_spec = schema_of("EtcdPeer")["properties"]["spec"]
-    for field in ("version", "repository", "storage", "podTemplate"):
+    for field in ("version", "repository", "storage", "podTemplate", "options"):
         assert peer_spec["properties"][field] == cluster_spec["properties"][field], field
     assert peer_spec["x-kubernetes-validations"] == cluster_spec["x-kubernetes-validations"]
 

@@ -1081,3 +1081,96 @@ def test_auth_permission_access_and_keys_validated(kube_api, namespace):
     )
     twice = {"users": [{"name": "app"}, {"name": "app"}]}
     rejected(create(kube_api, namespace, cluster(auth=twice)), "Duplicate value")
+
+
+# -- etcd options ------------------------------------------------------------------------------
+
+ELECTION_MSG = "electionTimeoutMs must be at least 5 times heartbeatIntervalMs"
+QUOTA_VOLUME_MSG = "spec.options.quotaBackendBytes must be smaller than each member's volume"
+LARGE_QUOTA_MSG = "set allowLargeQuota to true to use it anyway"
+
+
+def test_options_are_kept_as_declared_with_the_compaction_mode_defaulted(kube_api, namespace):
+    options = {
+        "quotaBackendBytes": "768Mi",
+        "autoCompaction": {"retention": "1h30m"},
+        "snapshotCount": 50000,
+        "heartbeatIntervalMs": 200,
+        "electionTimeoutMs": 2000,
+        "maxRequestBytes": "4Mi",
+    }
+    stored = accepted(create(kube_api, namespace, cluster("o", storage=STORAGE, options=options)))
+    assert stored["spec"]["options"] == {
+        **options,
+        "autoCompaction": {"mode": "periodic", "retention": "1h30m"},
+    }
+    revisions = {"autoCompaction": {"mode": "revision", "retention": "10000"}}
+    accepted(create(kube_api, namespace, cluster("r", options=revisions)))
+
+
+@pytest.mark.parametrize(
+    "timing",
+    [
+        {"heartbeatIntervalMs": 200, "electionTimeoutMs": 999},
+        {"electionTimeoutMs": 400},  # etcd's default heartbeat is 100
+        {"heartbeatIntervalMs": 250},  # etcd's default election timeout is 1000
+    ],
+    ids=["both", "election-only", "heartbeat-only"],
+)
+def test_election_timeout_below_five_heartbeats_rejected(kube_api, namespace, timing):
+    rejected(create(kube_api, namespace, cluster(options=timing)), ELECTION_MSG)
+
+
+def test_quota_must_fit_the_volume(kube_api, namespace):
+    for quota in ("1Gi", "2Gi", 1073741824):
+        rejected(
+            create(
+                kube_api, namespace, cluster(storage=STORAGE, options={"quotaBackendBytes": quota})
+            ),
+            QUOTA_VOLUME_MSG,
+        )
+    accepted(
+        create(
+            kube_api,
+            namespace,
+            cluster("q", storage=STORAGE, options={"quotaBackendBytes": 600 << 20}),
+        )
+    )
+
+
+def test_quota_above_eight_gibibytes_needs_saying_so(kube_api, namespace):
+    large = {"quotaBackendBytes": "10Gi"}
+    rejected(create(kube_api, namespace, cluster(options=large)), LARGE_QUOTA_MSG)
+    accepted(create(kube_api, namespace, cluster("l", options={**large, "allowLargeQuota": True})))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"quotaBackendBytes": "1Mi"}, "at least 16Mi"),
+        ({"quotaBackendBytes": "lots"}, "spec.options.quotaBackendBytes"),
+        ({"maxRequestBytes": "128Mi"}, "between 1Ki and 64Mi"),
+        ({"autoCompaction": {"mode": "revision", "retention": "5m"}}, "number of revisions"),
+        ({"autoCompaction": {"retention": "five minutes"}}, "a duration (e.g. 5m, 1h30m)"),
+        (
+            {"autoCompaction": {"mode": "hourly", "retention": "1"}},
+            "spec.options.autoCompaction.mode",
+        ),
+        ({"autoCompaction": {"mode": "periodic"}}, "spec.options.autoCompaction.retention"),
+        ({"snapshotCount": 10}, "spec.options.snapshotCount"),
+        ({"compactEverything": True}, "compactEverything"),
+    ],
+    ids=[
+        "tiny-quota",
+        "not-a-quantity",
+        "huge-request",
+        "revision-as-duration",
+        "bad-duration",
+        "unknown-mode",
+        "no-retention",
+        "tiny-snapshot-count",
+        "unknown-field",
+    ],
+)
+def test_bad_options_rejected(kube_api, namespace, options, message):
+    rejected(create(kube_api, namespace, cluster(options=options)), message)

@@ -48,10 +48,11 @@ def etcd_bin(etcd_version):
 def etcd_factory(etcd_bin, etcd_version, tmp_path):
     clusters = []
 
-    def make(n=3, prefix="n", tls=None):
-        """``tls``: an etcdharness.ClientTLS, for members that serve clients on https://."""
+    def make(n=3, prefix="n", tls=None, flags=()):
+        """``tls``: an etcdharness.ClientTLS, for members that serve clients on https://;
+        ``flags``: more etcd flags for every member."""
         cluster = etcdharness.EtcdCluster(
-            etcd_bin, etcd_version, tmp_path / f"c{len(clusters)}", tls=tls
+            etcd_bin, etcd_version, tmp_path / f"c{len(clusters)}", tls=tls, flags=flags
         )
         clusters.append(cluster)
         return cluster.start(n, prefix=prefix)

@@ -148,9 +148,10 @@ class EtcdNode:
 
 
 class EtcdCluster:
-    def __init__(self, binary, version, base, tls=None):
+    def __init__(self, binary, version, base, tls=None, flags=()):
         """``tls``: a ClientTLS for members that serve clients on https:// only (the peers
-        stay on plain http)."""
+        stay on plain http); ``flags``: more etcd flags for every member."""
+        self.flags = list(flags)
         self.binary = Path(binary)
         self.version = version
         self.tls = tls
@@ -193,6 +194,7 @@ class EtcdCluster:
         ]
         if self.tls:
             args += self.tls.member_flags()
+        args += self.flags
         log = open(node.log_path, "ab")  # noqa: SIM115 - closed with the process
         node.proc = subprocess.Popen(
             args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

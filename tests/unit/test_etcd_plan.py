@@ -856,3 +856,71 @@ def test_an_in_place_restore_under_way_hands_the_members_over_then_waits():
     assert (step["action"], step["reason"]) == ("wait", "RecoveryFailed")
     gone["recovery_restore"] = dict(restore, pending=False, phase="Restoring")
     assert plan(gone)["action"] == "bootstrap", "the volumes are handed back"
+
+
+# -- NOSPACE ------------------------------------------------------------------------------------
+
+NOW_TS = "2026-01-01T01:00:00Z"
+
+
+def out_of_space(replicas=3, members=None, raised=(0,), **extra):
+    """A cluster whose members ``raised`` have the NOSPACE alarm."""
+    members = members if members is not None else healthy(3)
+    obs = observed(replicas, started(len([m for m in members if m["name"]])), members, **extra)
+    obs["etcd"]["alarms"] = [{"member_id": f"{i:016x}", "alarm": "NOSPACE"} for i in raised]
+    obs["now"] = NOW_TS
+    return obs
+
+
+def test_nospace_is_recovered_before_any_membership_change():
+    for replicas in (3, 5, 1):  # steady, a scale-up, a scale-down waiting
+        step = plan(out_of_space(replicas, raised=(0, 2)))
+        assert (step["action"], step["reason"]) == ("recover_space", "DatabaseQuotaExceeded")
+        assert step["members"] == [{"name": "c-0"}, {"name": "c-2"}]
+        assert "NOSPACE on c-0, c-2" in step["message"] and step["requeue"] == "next"
+
+
+def test_nospace_waits_for_unhealthy_members_and_learners_first():
+    down = [member(0, leader=True), member(1), member(2, healthy=False)]
+    step = plan(out_of_space(members=down))
+    assert (step["action"], step["reason"]) == ("wait", "MembersUnhealthy")
+    learning = healthy(3) + [member(3, learner=True)]
+    step = plan(out_of_space(4, members=learning))
+    assert step["action"] == "promote"
+
+
+def test_nospace_back_soon_after_a_recovery_waits_and_says_the_live_data_is_at_the_quota():
+    recent = {"at": "2026-01-01T00:58:00Z", "reason": "NOSPACE"}
+    obs = out_of_space(current={"maintenance": {"lastDefragmentation": recent}})
+    for m in obs["etcd"]["members"]:
+        m["db_size_in_use"] = 512 << 20
+    step = plan(obs)
+    assert (step["action"], step["reason"], step["requeue"]) == (
+        "wait",
+        "DatabaseQuotaExceeded",
+        "degraded",
+    )
+    assert "120s after" in step["message"] and "512 MiB in use" in step["message"]
+    assert "delete keys" in step["message"]
+    older = {"at": "2026-01-01T00:50:00Z", "reason": "NOSPACE"}
+    obs["current"] = {"maintenance": {"lastDefragmentation": older}}
+    assert plan(obs)["action"] == "recover_space", "tried again once the retry period passed"
+
+
+def test_report_of_a_cluster_out_of_space_is_not_available_and_says_why():
+    members = healthy(3)
+    members[0].update(db_size=16 << 20, db_size_in_use=15 << 20)
+    obs = out_of_space(members=members)
+    result = report_for(obs)
+    assert conditions_of(result)["Available"] == ("False", "DatabaseQuotaExceeded")
+    assert conditions_of(result)["Degraded"] == ("True", "DatabaseQuotaExceeded")
+    degraded = next(c for c in result["conditions"] if c["type"] == "Degraded")
+    assert "refuses writes" in degraded["message"] and "c-0" in degraded["message"]
+    first = result["status"]["members"][0]
+    assert (first["alarms"], first["dbSize"], first["dbSizeInUse"]) == (
+        ["NOSPACE"],
+        16 << 20,
+        15 << 20,
+    )
+    assert "alarms" not in result["status"]["members"][1]
+    assert "DatabaseQuotaExceeded" in [e["reason"] for e in result["events"]]

@@ -88,6 +88,11 @@ def test_peer_spec_copies_what_the_pod_needs():
         },
         "storage": cluster_spec["storage"],
         "podTemplate": cluster_spec["podTemplate"],
+        # The defaults resolved: the member keeps them whatever the operator's become.
+        "options": {
+            "quotaBackendBytes": 512 << 20,
+            "autoCompaction": {"mode": "periodic", "retention": "5m"},
+        },
     }
     own = etcd_peer_spec("e-0", dict(cluster_spec, repository="mine/etcd"), "New", ["e-0"], NAMING)
     assert own["repository"] == "mine/etcd", "the cluster's own repository wins"

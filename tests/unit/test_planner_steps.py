@@ -165,6 +165,11 @@ def observations():
             recovery_restore={"pending": True, "name": "c-recovery-1", "backup": "b"},
         ),
     }
+    nospace = observation(3, [peer(i) for i in range(3)], three())
+    nospace["etcd"]["alarms"] = [
+        {"member_id": nospace["etcd"]["members"][0]["id"], "alarm": "NOSPACE"}
+    ]
+    out["recover_space"] = nospace
     replace = observation(3, [peer(i) for i in range(3)], three())
     replace["pvcs"]["c-2"] = {"exists": False}
     out["replace_member"] = replace

@@ -262,10 +262,18 @@ def test_a_member_down_on_the_version_it_ran_is_an_outage_not_a_rollback():
 def test_an_active_alarm_holds_the_upgrade_back():
     peers, members = three(leader=2)
     observed = observation(NEW, peers, members)
-    observed["etcd"]["alarms"] = [{"member_id": members[0]["id"], "alarm": "NOSPACE"}]
+    observed["etcd"]["alarms"] = [{"member_id": members[0]["id"], "alarm": "CORRUPT"}]
     step = plan(observed)
     assert (step["action"], step["reason"], step["requeue"]) == ("wait", "AlarmActive", "degraded")
-    assert "NOSPACE on c-0" in step["message"]
+    assert "CORRUPT on c-0" in step["message"]
+
+
+def test_nospace_is_recovered_before_the_upgrade_goes_on():
+    peers, members = three(leader=2)
+    observed = observation(NEW, peers, members)
+    observed["etcd"]["alarms"] = [{"member_id": members[0]["id"], "alarm": "NOSPACE"}]
+    step = plan(observed)
+    assert (step["action"], step["reason"]) == ("recover_space", "DatabaseQuotaExceeded")
 
 
 def test_a_scale_up_requested_with_the_version_finishes_first_on_the_running_version():

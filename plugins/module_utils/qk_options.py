@@ -1,0 +1,105 @@
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+"""etcd's settings for an EtcdCluster's members (``spec.options``): what each member runs with,
+defaults included, and the etcd flags that say it.
+
+Members are given the *effective* options in their EtcdPeer spec (``effective_options``), the
+defaults resolved: a member keeps what it was started with whatever the operator's defaults
+become, and its EtcdPeer says what it runs. The defaults keep a member's database within its
+volume: history is compacted (etcd keeps it forever otherwise), and the backend quota leaves the
+volume room for the write-ahead log and a defragmentation's copy (etcd's own default, 2 GiB,
+overflows a 1 GiB volume with ENOSPC before the quota ever trips).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+MIB = 1 << 20
+GIB = 1 << 30
+# etcd's documented largest suggested quota; more needs spec.options.allowLargeQuota.
+MAX_SUGGESTED_QUOTA = 8 * GIB
+# What the write-ahead log may take besides the database: etcd preallocates 64 MB segments and
+# keeps 5 (--max-wals), plus a snapshot file.
+WAL_ROOM = 384 * MIB
+DEFAULT_AUTO_COMPACTION = {"mode": "periodic", "retention": "5m"}
+
+_BINARY_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50}
+_DECIMAL_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
+_QUANTITY = re.compile(r"^\+?([0-9]+(?:\.[0-9]*)?|\.[0-9]+)([a-zA-Z]*)$")
+
+
+def quantity_bytes(value) -> int:
+    """A Kubernetes quantity of bytes (``1Gi``, ``512M``, ``1073741824``) as an int."""
+    if isinstance(value, bool):
+        raise ValueError(f"invalid quantity {value!r}")
+    if isinstance(value, int):
+        return value
+    match = _QUANTITY.match(str(value).strip())
+    suffix = match.group(2) if match else None
+    scale = _BINARY_SUFFIX.get(suffix) or _DECIMAL_SUFFIX.get(suffix)
+    if scale is None:
+        raise ValueError(f"invalid quantity {value!r} (expected e.g. 1Gi, 512Mi, 2G, 1073741824)")
+    try:
+        return int(Decimal(match.group(1)) * scale)
+    except InvalidOperation as exc:
+        raise ValueError(f"invalid quantity {value!r}") from exc
+
+
+def volume_bytes(cluster_spec: dict) -> int | None:
+    """The size of each member's volume, or None without spec.storage (ephemeral members)."""
+    template = (cluster_spec.get("storage") or {}).get("volumeClaimTemplate") or {}
+    size = ((template.get("resources") or {}).get("requests") or {}).get("storage")
+    return quantity_bytes(size) if size is not None else None
+
+
+def default_quota_bytes(volume: int | None) -> int | None:
+    """The backend quota for a volume of ``volume`` bytes: three quarters of it less the room
+    of the write-ahead log, at least half of it, at most 8 GiB. None (etcd's default) without a
+    volume: an ephemeral member's disk is the node's."""
+    if volume is None:
+        return None
+    quota = max(volume // 2, volume * 3 // 4 - WAL_ROOM)
+    return min(quota, MAX_SUGGESTED_QUOTA) // MIB * MIB
+
+
+def effective_options(cluster_spec: dict) -> dict:
+    """spec.options with the defaults resolved, as a member is started with them."""
+    options = dict(cluster_spec.get("options") or {})
+    options.pop("allowLargeQuota", None)
+    if "quotaBackendBytes" in options:
+        options["quotaBackendBytes"] = quantity_bytes(options["quotaBackendBytes"])
+    else:
+        quota = default_quota_bytes(volume_bytes(cluster_spec))
+        if quota is not None:
+            options["quotaBackendBytes"] = quota
+    options["autoCompaction"] = {**DEFAULT_AUTO_COMPACTION, **(options.get("autoCompaction") or {})}
+    if "maxRequestBytes" in options:
+        options["maxRequestBytes"] = quantity_bytes(options["maxRequestBytes"])
+    return options
+
+
+# spec.options field -> etcd flag, for the fields that map one to one.
+_FLAGS = (
+    ("quotaBackendBytes", "--quota-backend-bytes"),
+    ("snapshotCount", "--snapshot-count"),
+    ("heartbeatIntervalMs", "--heartbeat-interval"),
+    ("electionTimeoutMs", "--election-timeout"),
+    ("maxRequestBytes", "--max-request-bytes"),
+)
+
+
+def option_flags(options: dict | None) -> list[str]:
+    """etcd's flags for a member's effective options (its EtcdPeer's spec.options); none for a
+    member created before options existed, which keeps running with etcd's defaults."""
+    if not options:
+        return []
+    flags = [f"{flag}={options[field]}" for field, flag in _FLAGS if field in options]
+    compaction = options.get("autoCompaction")
+    if compaction:
+        flags += [
+            f"--auto-compaction-mode={compaction['mode']}",
+            f"--auto-compaction-retention={compaction['retention']}",
+        ]
+    return flags
