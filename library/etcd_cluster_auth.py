@@ -116,6 +116,11 @@ connection:
     authentication is off or I(certificate_auth).
   type: dict
   returned: always
+password_secret:
+  description: The Secret holding the password of I(connection)'s user, for helper pods that
+    mount it; empty when I(connection) is.
+  type: str
+  returned: always
 actions:
   description: What was changed in etcd, one line each, in order.
   type: list
@@ -198,7 +203,13 @@ def run(module, kube):
         auth_spec = (cluster.get("spec") or {}).get("auth")
         applied = (cluster.get("status") or {}).get("auth") or {}
     settings = auth_settings(auth_spec)
-    result = {"changed": False, "connection": {}, "actions": [], "secrets_created": []}
+    result = {
+        "changed": False,
+        "connection": {},
+        "password_secret": "",
+        "actions": [],
+        "secrets_created": [],
+    }
     result["status"] = applied
     if not settings["declared"] and not applied.get("enabled"):
         return result  # no authentication, and none to turn off
@@ -211,6 +222,7 @@ def run(module, kube):
     root = root_credentials(store, path, create=create)
     if root and not p["certificate_auth"]:
         result["connection"] = {"username": ROOT, "password_file": root["password_file"]}
+        result["password_secret"] = user_secret_name(p["name"], ROOT)
     if not p["apply"]:
         result["secrets_created"] = store.created
         result["changed"] = bool(store.created)

@@ -115,6 +115,11 @@ connection:
     without client TLS or when the operator's Secret is not usable.
   type: dict
   returned: always
+operator_secret:
+  description: The Secret holding the operator's client certificate (what I(connection)'s
+    files were written from), for helper pods that mount it; empty when I(connection) is.
+  type: str
+  returned: always
 client_service_url:
   description: The cluster's client Service URL, C(https) with client TLS.
   type: str
@@ -204,8 +209,11 @@ def run(module, kube):
     report.connection = write_operator_credentials(
         manager, resolved, credentials_dir(p["credentials_dir"], p["namespace"], p["name"])
     )
+    client = resolved.get("client") or {}
     return {
         "changed": bool(report.issued),
+        # For helper pods, which mount the certificate rather than read the operator's files.
+        "operator_secret": client.get("operatorSecretName", "") if report.connection else "",
         "client_service_url": network.client_service_url(),
         "peer_tls": peer_tls_spec(resolved),
         **report.as_dict(),

@@ -26,9 +26,10 @@ description:
     C(<path>.part), writes its SHA-256 to C(<path>.sha256) and renames it to C(<path>) (see
     qk_pvcstore); the module reads its result from the pod's log and deletes the pod. A claim
     that does not exist is an error. Credentials are not used.
-  - The pod reaches the member with the module's connection profile (I(timeout)). Neither the
-    TLS options (the pod does not mount their files) nor I(username) and I(password) (they
-    would be written into the pod's spec) can be used with a C(pvc://) destination yet.
+  - The pod reaches the member with the module's connection profile (I(timeout)). Its TLS
+    files and password come from Secrets the pod mounts - I(pod_tls_secret) with TLS options,
+    I(pod_password_secret) with I(username) - never from the pod's spec; I(password) itself
+    cannot be given to a pod.
   - Credentials come from a Secret (I(credentials_secret)), read by the module itself so that
     they never pass through Ansible variables, or from I(credentials) (no_log).
   - Always uploads (C(changed=true)); in check mode only chooses the member.
@@ -43,6 +44,18 @@ options:
     description:
       - Image of the helper pod that writes a C(pvc://) destination; default the
         C(OPERATOR_IMAGE) environment variable, else quay.io/quorumkeeper/etcd-operator:0.1.0.
+    type: str
+  pod_tls_secret:
+    description:
+      - Secret in I(namespace) with C(ca.crt), C(tls.crt) and C(tls.key) (the client
+        certificate of I(client_cert)) that the C(pvc://) writer pod mounts; needed for a
+        C(pvc://) destination with TLS options.
+    type: str
+  pod_password_secret:
+    description:
+      - Secret in I(namespace) whose key C(password) is the password of I(username) (from
+        I(password_file)), mounted by the C(pvc://) writer pod; needed for a C(pvc://)
+        destination with I(username).
     type: str
   cluster_name:
     description:
@@ -185,7 +198,14 @@ def write_to_claim(p, kube, claim, location, endpoint, profile):
         or "quay.io/quorumkeeper/etcd-operator:0.1.0"
     )
     pod = writer_pod(
-        location.url, p["namespace"], image, endpoint, p["snapshot_timeout"], profile=profile
+        location.url,
+        p["namespace"],
+        image,
+        endpoint,
+        p["snapshot_timeout"],
+        profile=profile,
+        tls_secret=p["pod_tls_secret"],
+        password_secret=p["pod_password_secret"],
     )
     # The pod's own start (scheduling, mounting the claim) on top of the snapshot's time.
     written = run_helper(kube, pod, p["snapshot_timeout"] + 120, claim)
@@ -198,6 +218,8 @@ ARGUMENT_SPEC = {
     **connection_argument_spec(),
     "object_url": {"type": "str", "required": True},
     "cluster_name": {"type": "str"},
+    "pod_tls_secret": {"type": "str", "no_log": False},
+    "pod_password_secret": {"type": "str", "no_log": False},
     "member_selection": {
         "type": "str",
         "choices": ["follower", "endpoint"],
@@ -229,12 +251,23 @@ def main():
         if location.scheme == "pvc":
             if not p["namespace"]:
                 module.fail_json(msg="a pvc:// destination needs namespace (the claim's)")
-            # The writer pod is given the profile (qk_pvcstore.writer_pod), but not the
-            # Secret holding the TLS files, and a password would be written into its spec.
-            if p["ca_cert"] or p["client_cert"]:
-                module.fail_json(msg="pvc:// destinations do not support etcd TLS options yet")
-            if p["username"]:
-                module.fail_json(msg="pvc:// destinations do not support etcd credentials yet")
+            # The writer pod is given the profile (qk_pvcstore.writer_pod), reading its files
+            # from Secrets it mounts: a password would be written into its spec.
+            if (p["ca_cert"] or p["client_cert"]) and not p["pod_tls_secret"]:
+                module.fail_json(
+                    msg="a pvc:// destination with etcd TLS options needs pod_tls_secret (the "
+                    "Secret with the client certificate, for the pod that writes the claim)"
+                )
+            if p["password"]:
+                module.fail_json(
+                    msg="a pvc:// destination takes the password from pod_password_secret, "
+                    "not password (it would be written into the pod's spec)"
+                )
+            if p["username"] and not p["pod_password_secret"]:
+                module.fail_json(
+                    msg="a pvc:// destination with an etcd user needs pod_password_secret (the "
+                    "Secret with its password, for the pod that writes the claim)"
+                )
             kube = direct_client()
             claim = read_claim(kube, location.bucket, p["namespace"])
         if p["cluster_name"]:

@@ -130,8 +130,9 @@ def profile_from_env(endpoints=None, environ=None) -> ConnectionProfile:
 def profile_env(profile: ConnectionProfile) -> list[dict]:
     """The container env that gives a helper pod ``profile`` (without its endpoints, which
     the pod is told separately). A pod spec is readable by anyone who may read pods: an etcd
-    password must reach a pod through a Secret, never in its spec."""
-    if profile.password or profile.password_file:
+    password must reach a pod through a Secret it mounts (``password_file``, a path in the
+    pod), never in its spec."""
+    if profile.password:
         raise ValueError(
             "etcd credentials reach a helper pod through a Secret, never in its pod spec"
         )

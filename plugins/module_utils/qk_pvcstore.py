@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import time
+from dataclasses import replace
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     ConnectionProfile,
@@ -103,18 +104,62 @@ def render_helper_pod(action, object_url, namespace, operator_image, args=(), ow
     }
 
 
+# Where the writer pod mounts the Secrets it connects to etcd with.
+POD_TLS_DIR = "/var/run/quorumkeeper/etcd-tls"
+POD_PASSWORD_DIR = "/var/run/quorumkeeper/etcd-password"
+
+
 def writer_pod(
-    object_url, namespace, operator_image, endpoint, timeout=None, owner=None, profile=None
+    object_url,
+    namespace,
+    operator_image,
+    endpoint,
+    timeout=None,
+    owner=None,
+    profile=None,
+    tls_secret=None,
+    password_secret=None,
 ):
     """The pod that streams a snapshot of the member at ``endpoint`` to the pvc:// file,
     connecting with ``profile`` (the module's connection options; its endpoints are not
     used) given in its env (qk_connection.profile_env), so that whatever the profile comes to
-    hold reaches the pod; None: a plain connection."""
+    hold reaches the pod; None: a plain connection.
+
+    The profile's files are the operator's; the pod reads the same credentials from Secrets
+    it mounts: ``tls_secret`` (``ca.crt``, ``tls.crt``, ``tls.key``: a client certificate)
+    for a profile with TLS files, ``password_secret`` (key ``password``) for a profile with
+    a user, whose password never appears in the pod's spec."""
+    profile = profile or ConnectionProfile()
+    if (profile.ca_cert or profile.client_cert) and not tls_secret:
+        raise ClaimError("the pod that writes to a pvc:// destination needs the TLS Secret")
+    if profile.username and not password_secret:
+        raise ClaimError("the pod that writes to a pvc:// destination needs the password Secret")
+    mounts = []
+    if tls_secret:
+        profile = replace(
+            profile,
+            ca_cert=f"{POD_TLS_DIR}/ca.crt",
+            client_cert=f"{POD_TLS_DIR}/tls.crt" if profile.client_cert else None,
+            client_key=f"{POD_TLS_DIR}/tls.key" if profile.client_key else None,
+        )
+        mounts.append(("etcd-tls", POD_TLS_DIR, tls_secret))
+    if password_secret:
+        profile = replace(profile, password=None, password_file=f"{POD_PASSWORD_DIR}/password")
+        mounts.append(("etcd-password", POD_PASSWORD_DIR, password_secret))
     args = ["--endpoint", endpoint]
     if timeout:
         args += ["--timeout", f"{float(timeout):g}"]
-    env = profile_env(profile or ConnectionProfile())
-    return render_helper_pod("write", object_url, namespace, operator_image, args, owner, env)
+    env = profile_env(profile)
+    pod = render_helper_pod("write", object_url, namespace, operator_image, args, owner, env)
+    spec = pod["spec"]
+    for volume, directory, secret in mounts:
+        spec["volumes"].append(
+            {"name": volume, "secret": {"secretName": secret, "defaultMode": 0o400}}
+        )
+        spec["containers"][0]["volumeMounts"].append(
+            {"name": volume, "mountPath": directory, "readOnly": True}
+        )
+    return pod
 
 
 def deleter_pod(object_url, namespace, operator_image, owner=None):

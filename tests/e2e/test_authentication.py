@@ -10,6 +10,7 @@ import json
 from backuphelpers import BACKUPS, backup_manifest, credentials_secret, object_url, wait_backup
 from kubehelpers import wait_until
 from securityhelpers import InPodClient, secret_files
+from test_backup_pvc import CLAIM, claim
 
 BUCKET = "auth-backups"
 APP = {"name": "app", "permissions": [{"keyPrefix": "/app/", "access": "readwrite"}]}
@@ -168,3 +169,21 @@ def test_with_tls_each_user_authenticates_with_its_own_certificate(etcd_cluster)
     assert put.returncode == 0, put.stderr
     outside = client.etcdctl("/tmp/app", "put", "/elsewhere", "x")
     assert outside.returncode != 0 and "permission denied" in outside.stderr
+
+    # Backed up to a claim: the pod that writes it reaches etcd with the operator's client
+    # certificate and root's password from the Secrets it mounts (none in its spec).
+    kube.apply(claim(), namespace=ns)
+    url = f"pvc://{CLAIM}/secure/snap.db"
+    kube.apply(backup_manifest("to-claim", {"clusterName": name}, url, secret=None), namespace=ns)
+    status = wait_backup(kube, ns, "to-claim", "Completed", 180)
+    assert status["keys"] >= 1 and status["objectURL"] == url
+    wait_until(
+        "EtcdBackup to-claim Verified",
+        lambda: any(
+            c["type"] == "Verified" and c["status"] == "True"
+            for c in (kube.get(BACKUPS, "to-claim", namespace=ns).get("status") or {}).get(
+                "conditions", []
+            )
+        ),
+        180,
+    )

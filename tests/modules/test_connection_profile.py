@@ -303,21 +303,25 @@ def test_a_writer_pods_profile_reaches_a_member_with_tls_and_authentication(
 # ---------------------------------------------------------------------------------------------
 
 
-def test_a_pvc_destination_refuses_etcd_credentials(run_module):
-    """The writer pod would carry the password in its spec: refused before anything runs."""
-    res = run_module(
-        "etcd_snapshot",
-        {
-            "endpoints": ["http://127.0.0.1:1"],
-            "object_url": "pvc://backups/c/snap.db",
-            "namespace": "default",
-            "username": "root",
-            "password": ROOT_PASSWORD,
-        },
+def test_a_pvc_destination_takes_etcd_credentials_only_from_secrets(run_module, tmp_path):
+    """The writer pod would carry a password in its spec: only a Secret it mounts will do,
+    refused before anything runs."""
+    pvc = {
+        "endpoints": ["http://127.0.0.1:1"],
+        "object_url": "pvc://backups/c/snap.db",
+        "namespace": "default",
+    }
+    given = run_module("etcd_snapshot", {**pvc, "username": "root", "password": ROOT_PASSWORD})
+    assert given["failed"] and "not password" in given["msg"], given["msg"]
+    assert ROOT_PASSWORD not in json.dumps(given)
+    password_file = tmp_path / "root.password"
+    password_file.write_text(ROOT_PASSWORD)
+    no_secret = run_module(
+        "etcd_snapshot", {**pvc, "username": "root", "password_file": str(password_file)}
     )
-    assert res["failed"]
-    assert res["msg"] == "pvc:// destinations do not support etcd credentials yet"
-    assert ROOT_PASSWORD not in json.dumps(res)
+    assert no_secret["failed"] and "needs pod_password_secret" in no_secret["msg"]
+    no_tls_secret = run_module("etcd_snapshot", {**pvc, "ca_cert": str(password_file)})
+    assert no_tls_secret["failed"] and "needs pod_tls_secret" in no_tls_secret["msg"]
 
 
 def test_backup_verification_refuses_tls_options(run_module, pki):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
@@ -89,15 +90,63 @@ def test_writer_pod_mounts_the_claim_read_write_and_streams_from_the_member():
 
 
 def test_the_writer_pod_is_given_the_modules_connection_profile_without_its_endpoints():
-    profile = ConnectionProfile(
-        ["http://main-client.prod.svc:2379"], timeout=7, ca_cert="/etc/etcd/ca.crt"
-    )
+    profile = ConnectionProfile(["http://main-client.prod.svc:2379"], timeout=7)
     pod = writer_pod(URL, "prod", IMAGE, "http://main-0.main.prod.svc:2379", profile=profile)
     env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
     assert set(env) == {e["name"] for e in OBJECTSTORE_ENV} | {PROFILE_ENV}
     # The pod dials the member it is told (--endpoint), with everything else of the profile.
     pods_profile = profile_from_env(["http://main-0.main.prod.svc:2379"], environ=env)
     assert pods_profile == profile.with_endpoints(["http://main-0.main.prod.svc:2379"])
+
+
+def test_the_writer_pod_of_a_tls_cluster_with_auth_reads_its_credentials_from_secrets():
+    profile = ConnectionProfile(
+        ["https://main-client.prod.svc:2379"],
+        ca_cert="/var/lib/qk/prod/main/ca.crt",
+        client_cert="/var/lib/qk/prod/main/tls.crt",
+        client_key="/var/lib/qk/prod/main/tls.key",
+        username="root",
+        password_file="/var/lib/qk/prod/main/root.password",
+    )
+    pod = writer_pod(
+        URL,
+        "prod",
+        IMAGE,
+        "https://main-0.main.prod.svc:2379",
+        profile=profile,
+        tls_secret="main-operator-tls",
+        password_secret="main-user-root",
+    )
+    spec = pod["spec"]
+    secrets = {v["name"]: v["secret"] for v in spec["volumes"] if "secret" in v}
+    assert secrets == {
+        "etcd-tls": {"secretName": "main-operator-tls", "defaultMode": 0o400},
+        "etcd-password": {"secretName": "main-user-root", "defaultMode": 0o400},
+    }
+    mounts = {m["name"]: m for m in spec["containers"][0]["volumeMounts"]}
+    assert mounts["etcd-tls"]["readOnly"] and mounts["etcd-password"]["readOnly"]
+    env = {e["name"]: e["value"] for e in spec["containers"][0]["env"]}
+    pods_profile = profile_from_env(["https://main-0.main.prod.svc:2379"], environ=env)
+    tls_dir, password_dir = mounts["etcd-tls"]["mountPath"], mounts["etcd-password"]["mountPath"]
+    assert (pods_profile.ca_cert, pods_profile.client_cert, pods_profile.client_key) == (
+        f"{tls_dir}/ca.crt",
+        f"{tls_dir}/tls.crt",
+        f"{tls_dir}/tls.key",
+    )
+    assert (pods_profile.username, pods_profile.password_file) == (
+        "root",
+        f"{password_dir}/password",
+    )
+    assert "/var/lib/qk" not in json.dumps(pod), "the operator's own files mean nothing there"
+
+
+def test_a_writer_pod_without_the_secrets_its_profile_needs_is_refused():
+    tls = ConnectionProfile(["https://e:2379"], ca_cert="/ca.crt")
+    with pytest.raises(ClaimError, match="TLS Secret"):
+        writer_pod(URL, "prod", IMAGE, "https://e:2379", profile=tls)
+    user = ConnectionProfile(["http://e:2379"], username="root", password_file="/p")
+    with pytest.raises(ClaimError, match="password Secret"):
+        writer_pod(URL, "prod", IMAGE, "http://e:2379", profile=user)
 
 
 def test_deleter_pod_and_names():
