@@ -24,7 +24,9 @@ def client_of(cluster, names=None):
 
 
 def fill_to_nospace(cluster, keys=4, limit=2000):
-    """Overwrite ``keys`` keys until etcd refuses a write; the latest acknowledged value of each."""
+    """Overwrite ``keys`` keys until etcd refuses a write: ``{key: values it may hold}``, the
+    last acknowledged value of each, and for the key of the refused write that value too (a
+    write that fails may still have been applied: its error can come from a retry)."""
     latest = {}
     with client_of(cluster) as client:
         for i in range(limit):
@@ -34,7 +36,7 @@ def fill_to_nospace(cluster, keys=4, limit=2000):
                 client.put(key, value)
             except EtcdOperationError as exc:
                 assert NOSPACE in str(exc), exc
-                return latest
+                return {k: {v} | ({value} if k == key else set()) for k, v in latest.items()}
             latest[key] = value
     raise AssertionError(f"no NOSPACE after {limit} writes of {len(VALUE)} bytes")
 
@@ -52,7 +54,7 @@ def small_quota_cluster(etcd_factory):
 
 def test_a_cluster_out_of_space_accepts_writes_again(small_quota_cluster, run_module):
     cluster = small_quota_cluster
-    latest = fill_to_nospace(cluster)
+    possible = fill_to_nospace(cluster)
     with client_of(cluster) as client:
         assert {a["alarm"] for a in client.alarms()} == {"NOSPACE"}
     leader = leader_name(run_module, cluster)
@@ -61,7 +63,7 @@ def test_a_cluster_out_of_space_accepts_writes_again(small_quota_cluster, run_mo
         "etcd_defragment", {"endpoints": cluster.endpoints(), "disarm": True, "timeout": 5}
     )
     assert not res["failed"] and res["changed"] is True, res.get("msg", res)
-    assert res["compacted_revision"] > len(latest)
+    assert res["compacted_revision"] > len(possible)
     order = [m["name"] for m in res["members"]]
     assert sorted(order) == ["n0", "n1", "n2"] and order[-1] == leader, "the leader last"
     assert res["leader_moved_to"] == order[0], "to a member already defragmented"
@@ -73,8 +75,8 @@ def test_a_cluster_out_of_space_accepts_writes_again(small_quota_cluster, run_mo
     with client_of(cluster) as client:
         assert client.alarms() == []
         client.put("/after", "accepted")
-        for key, value in latest.items():
-            assert client.get(key) == value, key
+        for key, values in possible.items():
+            assert client.get(key) in values, key
     assert leader_name(run_module, cluster) != leader
 
 
