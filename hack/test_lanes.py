@@ -31,11 +31,9 @@ DURATIONS = "--durations=15"
 
 
 def pytest_command(lane: str, extra: list[str], basetemp: Path) -> list[str]:
-    command = [sys.executable, "-m", "pytest", DURATIONS, f"--basetemp={basetemp}", *extra]
-    if lane != "cluster":
-        # One .pytest_cache writer is enough.
-        command[3:3] = ["-p", "no:cacheprovider"]
-    return command
+    # One .pytest_cache writer is enough.
+    cache = [] if lane == "cluster" else ["-p", "no:cacheprovider"]
+    return [sys.executable, "-m", "pytest", *cache, DURATIONS, f"--basetemp={basetemp}", *extra]
 
 
 def main(extra: list[str]) -> int:

@@ -177,6 +177,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore i
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_pvcstore import (
     ClaimError,
+    check_writer_credentials,
     read_claim,
     run_helper,
     writer_pod,
@@ -245,29 +246,19 @@ def main():
     if not HAS_ETCD3AIO:
         module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
     p = module.params
+    try:
+        profile = profile_from_params(p)
+    except ValueError as exc:
+        module.fail_json(msg=f"invalid etcd connection options: {exc}")
     kube = claim = None
     try:
         location = parse_object_url(p["object_url"])
         if location.scheme == "pvc":
             if not p["namespace"]:
                 module.fail_json(msg="a pvc:// destination needs namespace (the claim's)")
-            # The writer pod is given the profile (qk_pvcstore.writer_pod), reading its files
-            # from Secrets it mounts: a password would be written into its spec.
-            if (p["ca_cert"] or p["client_cert"]) and not p["pod_tls_secret"]:
-                module.fail_json(
-                    msg="a pvc:// destination with etcd TLS options needs pod_tls_secret (the "
-                    "Secret with the client certificate, for the pod that writes the claim)"
-                )
-            if p["password"]:
-                module.fail_json(
-                    msg="a pvc:// destination takes the password from pod_password_secret, "
-                    "not password (it would be written into the pod's spec)"
-                )
-            if p["username"] and not p["pod_password_secret"]:
-                module.fail_json(
-                    msg="a pvc:// destination with an etcd user needs pod_password_secret (the "
-                    "Secret with its password, for the pod that writes the claim)"
-                )
+            # Before anything runs: the writer pod reads the profile's files and password
+            # from Secrets it mounts (qk_pvcstore.writer_pod).
+            check_writer_credentials(profile, p["pod_tls_secret"], p["pod_password_secret"])
             kube = direct_client()
             claim = read_claim(kube, location.bucket, p["namespace"])
         if p["cluster_name"]:
@@ -280,7 +271,6 @@ def main():
 
     result = {"changed": True, "object_url": location.url}
     try:
-        profile = profile_from_params(p)
         with etcd_client(profile) as client:
             source = choose_source(client, p["endpoints"], p["member_selection"])
             result.update(source)

@@ -52,6 +52,19 @@ def ordinal_of(name: str) -> int:
     return int(match.group(1)) if match else -1
 
 
+def alarmed_peers(alarms, members: list[dict], cluster: str, kind: str) -> list[str]:
+    """The peer names of the members with alarm ``kind`` (``NOSPACE``, ``CORRUPT``) in etcd's
+    alarm list ``[{member_id, alarm}]`` (None: unknown, none), by ordinal; a member etcd no
+    longer lists by its ID."""
+    names = {m.get("id"): member_peer_name(m, cluster) for m in members}
+    raised = {
+        names.get(a.get("member_id"), a.get("member_id"))
+        for a in alarms or []
+        if a.get("alarm") == kind
+    }
+    return sorted(raised, key=ordinal_of)
+
+
 def member_labels(cluster: str, peer: str = "") -> dict:
     """The labels of a member's objects; without ``peer``, those of the cluster's objects."""
     labels = {

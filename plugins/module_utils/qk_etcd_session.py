@@ -18,6 +18,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors i
     EtcdCredentialsRefused,
     EtcdOperationError,
     EtcdUnreachable,
+    credentials_refused,
     describe_error,
     etcd_error_detail,
     is_connection_error,
@@ -172,7 +173,8 @@ class EtcdSession:
         """Run ``make_coro(endpoint)`` on the first endpoint that answers.
 
         Connection-level failures move on to the next endpoint; an etcd error answer is raised
-        as ``EtcdOperationError`` immediately.
+        as ``EtcdOperationError`` immediately (``EtcdCredentialsRefused`` when it refuses the
+        caller's credentials).
         """
         errors = {}
         tried = []
@@ -187,7 +189,9 @@ class EtcdSession:
                 if detail and "learner" not in detail:
                     # etcd answered (e.g. "unhealthy cluster"): a cluster-wide condition, the
                     # next endpoint would say the same. Learners refuse most RPCs: move on.
-                    raise EtcdOperationError(f"{operation} via {ep} failed: {detail}", exc) from exc
+                    refused = credentials_refused(exc)
+                    error = EtcdCredentialsRefused if refused else EtcdOperationError
+                    raise error(f"{operation} via {ep} failed: {detail}", exc) from exc
                 if is_connection_error(exc):
                     errors[ep] = describe_error(exc)
                     continue

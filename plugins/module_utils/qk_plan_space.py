@@ -13,8 +13,7 @@ person can do.
 from __future__ import annotations
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
-    member_peer_name,
-    ordinal_of,
+    alarmed_peers,
     seconds_between,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
@@ -29,29 +28,13 @@ SPACE_RECOVERY_RETRY_SECONDS = 300
 MIB = 1 << 20
 
 
-def active_alarms(ctx: PlanContext, kind: str) -> list[str]:
-    """The peer names of the members with alarm ``kind`` raised (etcd's alarm list)."""
-    alarms = ctx.etcd.get("alarms")
-    if not isinstance(alarms, list):
-        return []
-    by_id = {m.get("id"): member_peer_name(m, ctx.cluster) for m in ctx.members}
-    return sorted(
-        {
-            by_id.get(a.get("member_id"), a.get("member_id"))
-            for a in alarms
-            if a.get("alarm") == kind
-        },
-        key=ordinal_of,
-    )
-
-
 def recover_space(ctx: PlanContext) -> Step | None:
     """NOSPACE raised, a healthy quorum, every voter healthy (``unhealthy_members`` comes
     first): compact, defragment member by member and disarm (``recover_space``); or wait when
     the alarm came back within SPACE_RECOVERY_RETRY_SECONDS of the last recovery."""
     if not ctx.has_quorum:
         return None
-    raised = active_alarms(ctx, "NOSPACE")
+    raised = alarmed_peers(ctx.etcd.get("alarms"), ctx.members, ctx.cluster, "NOSPACE")
     if not raised:
         return None
     last = ((ctx.observed.get("current") or {}).get("maintenance") or {}).get(

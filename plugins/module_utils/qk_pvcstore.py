@@ -109,6 +109,26 @@ POD_TLS_DIR = "/var/run/quorumkeeper/etcd-tls"
 POD_PASSWORD_DIR = "/var/run/quorumkeeper/etcd-password"
 
 
+def check_writer_credentials(profile, tls_secret, password_secret):
+    """Raises ClaimError unless the writer pod can get what ``profile`` connects with from
+    the Secrets it mounts: a literal password would be written into its spec."""
+    if profile.password:
+        raise ClaimError(
+            "a pvc:// destination takes the password from pod_password_secret, not password "
+            "(it would be written into the pod's spec)"
+        )
+    if (profile.ca_cert or profile.client_cert) and not tls_secret:
+        raise ClaimError(
+            "a pvc:// destination with etcd TLS options needs pod_tls_secret (the TLS Secret "
+            "with the client certificate, for the pod that writes the claim)"
+        )
+    if profile.username and not password_secret:
+        raise ClaimError(
+            "a pvc:// destination with an etcd user needs pod_password_secret (the password "
+            "Secret of that user, for the pod that writes the claim)"
+        )
+
+
 def writer_pod(
     object_url,
     namespace,
@@ -130,10 +150,7 @@ def writer_pod(
     for a profile with TLS files, ``password_secret`` (key ``password``) for a profile with
     a user, whose password never appears in the pod's spec."""
     profile = profile or ConnectionProfile()
-    if (profile.ca_cert or profile.client_cert) and not tls_secret:
-        raise ClaimError("the pod that writes to a pvc:// destination needs the TLS Secret")
-    if profile.username and not password_secret:
-        raise ClaimError("the pod that writes to a pvc:// destination needs the password Secret")
+    check_writer_credentials(profile, tls_secret, password_secret)
     mounts = []
     if tls_secret:
         profile = replace(

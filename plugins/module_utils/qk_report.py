@@ -15,6 +15,7 @@ import re
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     CLUSTER_LABEL,
+    alarmed_peers,
     data_lost,
     member_peer_name,
     ordinal_of,
@@ -83,7 +84,7 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         m for m in member_statuses if m["healthy"] and m["podReady"] and not m["isLearner"]
     ]
     peer_names = {p["name"] for p in peers}
-    alarm_problems = _alarm_problems(info, members, cluster)
+    alarm_problems = _alarm_problems(alarms, members, cluster)
     problems = alarm_problems + _problems(observed)
     available = bool(
         info.get("healthy")
@@ -212,20 +213,11 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     }
 
 
-def _alarm_problems(info: dict, members: list[dict], cluster: str) -> list[dict]:
+def _alarm_problems(alarms: list, members: list[dict], cluster: str) -> list[dict]:
     """etcd's active alarms as problems: [{reason, message}], one per kind of alarm."""
-    alarms = info.get("alarms") if isinstance(info.get("alarms"), list) else []
-    names = {m.get("id"): member_peer_name(m, cluster) for m in members}
     found = []
     for kind, (reason, message) in ALARM_PROBLEMS.items():
-        raised = sorted(
-            {
-                names.get(a.get("member_id"), a.get("member_id"))
-                for a in alarms
-                if a.get("alarm") == kind
-            },
-            key=ordinal_of,
-        )
+        raised = alarmed_peers(alarms, members, cluster, kind)
         if raised:
             found.append({"reason": reason, "message": message.format(members=", ".join(raised))})
     return found
