@@ -63,6 +63,12 @@ cluster:
   description: Whether the EtcdCluster still exists (C(exists)) and is being deleted (C(deleting)).
   type: dict
   returned: always
+zones:
+  description: >-
+    The zone (label topology.kubernetes.io/zone, "" without one) of each node a member's pod
+    runs on; empty when the operator may not read nodes.
+  type: dict
+  returned: always
 peers:
   description: >-
     EtcdPeers by ordinal: name, uid, deleting, age (seconds), state (New or Existing),
@@ -172,12 +178,17 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     CLUSTER_LABEL,
     PEER_LABEL,
     PRIMARY_RESOURCE_TYPE,
+    ZONE_LABEL,
     age_seconds,
     client_service_name,
     read_member_claim,
     summarize_pod,
     summarize_pvc,
     summarize_replicaset,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    config_hash,
+    peer_config,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     RECOVERY_KEY,
@@ -214,9 +225,11 @@ def peer_summary(peer):
         "version": spec.get("version", ""),
         "repository": spec.get("repository", ""),
         "force_new_cluster": bool(spec.get("forceNewCluster")),
+        "config_hash": config_hash(peer_config(spec)),
+        "quota_bytes": (spec.get("options") or {}).get("quotaBackendBytes"),
         "status": {
             k: status[k]
-            for k in ("ready", "podName", "memberID", "serverVersion", "conditions")
+            for k in ("ready", "podName", "memberID", "serverVersion", "configHash", "conditions")
             if k in status
         },
     }
@@ -224,6 +237,23 @@ def peer_summary(peer):
 
 def _pod_rank(summary):
     return (not summary["deleting"], summary["created"])
+
+
+def node_zones(direct, nodes):
+    """{node: its topology.kubernetes.io/zone label, "" without one} for the members' nodes;
+    {} when nodes cannot be read (an operator installed without that permission): the spread
+    of the members is then judged by node alone."""
+    zones = {}
+    try:
+        for node in sorted(nodes):
+            found = direct.get("v1", "Node", node)
+            labels = (found or {}).get("metadata", {}).get("labels") or {}
+            zones[node] = labels.get(ZONE_LABEL, "")
+    except KubeError as exc:
+        if exc.status not in (401, 403):
+            raise
+        return {}
+    return zones
 
 
 def observe_kubernetes(p, cached, direct):
@@ -267,6 +297,7 @@ def observe_kubernetes(p, cached, direct):
         if current is None or _pod_rank(summary) > _pod_rank(current):
             pods[peer_name] = summary
     return {
+        "zones": node_zones(direct, {x["node"] for x in pods.values() if x and x["node"]}),
         "cluster": {
             "exists": cluster is not None,
             "deleting": bool(cluster and cluster["metadata"].get("deletionTimestamp")),

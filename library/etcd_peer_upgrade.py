@@ -7,11 +7,12 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: etcd_peer_upgrade
-short_description: Move one etcd member to another version by replacing its pod
+short_description: Restart one etcd member on another version or configuration by replacing its pod
 description:
   - Sets the EtcdPeer's C(spec.version) (and C(spec.repository)) to I(version) (I(repository)),
-    then replaces the member's pod so that etcd runs the new image on the same
-    PersistentVolumeClaim, with the same name and therefore the same member ID.
+    and its C(spec.options) and C(spec.podTemplate) to I(config), then replaces the member's pod
+    so that etcd runs the new image and configuration on the same PersistentVolumeClaim, with
+    the same name and therefore the same member ID.
   - The old pod is gone before the new one starts. The member's ReplicaSet is deleted in the
     foreground (the ReplicaSet controller does not replace the pod of a ReplicaSet being
     deleted, and the ReplicaSet is only gone once its pod is), then created again from the
@@ -19,9 +20,10 @@ description:
     share the data directory, and the member's DNS name never points at the old pod and the new
     one at once.
   - >-
-    Idempotent: a member whose pods already run the new image is not restarted (at most its
-    ReplicaSet's template is patched); a ReplicaSet left deleted or half-deleted by an
-    interrupted run is waited for and created again.
+    Idempotent: a member whose pods already run the new image (and, with I(config), were started
+    with that configuration: their C(etcd.quorumkeeper.dev/config-hash) annotation) is not
+    restarted (at most its ReplicaSet's template is patched); a ReplicaSet left deleted or
+    half-deleted by an interrupted run is waited for and created again.
   - Quorum is the caller's business (the etcdcluster role restarts one member at a time, only
     when all the others are healthy, after moving leadership away from it).
   - Check mode reports what would be patched and whether the pod would be replaced.
@@ -35,9 +37,25 @@ options:
     type: str
     required: true
   version:
-    description: etcd version to run (the image tag without its leading C(v)).
+    description: etcd version to run (the image tag without its leading C(v)); the EtcdPeer's own
+      when omitted.
     type: str
-    required: true
+  config:
+    description:
+      - The configuration to restart with, C(options) (etcd's settings, defaults resolved) and
+        C(podTemplate), as C(qk_options.cluster_config) computes it from the EtcdCluster's spec.
+      - Both replace the EtcdPeer's (a key left out of either is removed). When omitted, the
+        EtcdPeer's configuration is kept and pods started with another one are not restarted.
+    type: dict
+    suboptions:
+      options:
+        description: etcd's settings (C(spec.options) of the EtcdPeer).
+        type: dict
+        required: true
+      podTemplate:
+        description: The member pod's template (C(spec.podTemplate) of the EtcdPeer).
+        type: dict
+        required: true
   repository:
     description: Image repository; the EtcdPeer's own when omitted.
     type: str
@@ -64,6 +82,16 @@ EXAMPLES = r"""
     name: my-cluster-2
     namespace: default
     version: 3.6.16
+
+- name: Restart member my-cluster-1 with a larger quota and a 10-minute compaction window
+  etcd_peer_upgrade:
+    name: my-cluster-1
+    namespace: default
+    config:
+      options:
+        quotaBackendBytes: 4294967296
+        autoCompaction: {mode: periodic, retention: 10m}
+      podTemplate: {}
 """
 
 RETURN = r"""
@@ -114,6 +142,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     owner_reference,
     render_replicaset,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    config_hash,
+    peer_config,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_upgrade import restart_plan
 
 POLL_SECONDS = 0.2
@@ -144,18 +176,22 @@ class Upgrade:
         if peer is None or peer["metadata"].get("deletionTimestamp"):
             self.result["gone"] = True
             return self.result
-        image_fields = {"version": p["version"]}
-        if p["repository"]:
-            image_fields["repository"] = p["repository"]
-        if any(peer["spec"].get(k) != v for k, v in image_fields.items()):
+        changes = {k: p[k] for k in ("version", "repository") if p[k]}
+        changes.update(p["config"] or {})
+        changes = {k: v for k, v in changes.items() if peer["spec"].get(k, {}) != v}
+        if changes:
             self.result.update(changed=True, patched=True)
             if self.module.check_mode:
-                peer = dict(peer, spec={**peer["spec"], **image_fields})
+                peer = dict(peer, spec={**peer["spec"], **changes})
             else:
-                # First, so that an interrupted run leaves the wanted version where the
-                # planner (and the etcdpeer role, which renders the same ReplicaSet) reads it.
+                # First, so that an interrupted run leaves what is wanted where the planner
+                # (and the etcdpeer role, which renders the same ReplicaSet) reads it. A JSON
+                # patch: a merge patch would keep the keys the new options leave out.
+                patch = [
+                    {"op": "add", "path": f"/spec/{k}", "value": v} for k, v in changes.items()
+                ]
                 peer = self.client.patch(
-                    p["api_version"], "EtcdPeer", p["name"], {"spec": image_fields}, p["namespace"]
+                    p["api_version"], "EtcdPeer", p["name"], patch, p["namespace"], "json"
                 )
         settings = member_settings(p["settings"])
         wanted = render_replicaset(p["name"], p["namespace"], peer["spec"], settings)
@@ -166,7 +202,8 @@ class Upgrade:
         )
         self.result["image"] = image
         replicaset = self.replicaset()
-        plan = restart_plan(replicaset, self.pods(), image)
+        wanted_hash = config_hash(peer_config(peer["spec"])) if p["config"] else None
+        plan = restart_plan(replicaset, self.pods(), image, wanted_hash)
         if plan["stale"] or plan["create"]:
             self.result.update(changed=True, restarted=bool(plan["stale"]))
             self.result["replaced_pods"] = plan["stale"]
@@ -248,7 +285,14 @@ class Upgrade:
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
     "namespace": {"type": "str", "required": True},
-    "version": {"type": "str", "required": True},
+    "version": {"type": "str"},
+    "config": {
+        "type": "dict",
+        "options": {
+            "options": {"type": "dict", "required": True},
+            "podTemplate": {"type": "dict", "required": True},
+        },
+    },
     "repository": {"type": "str"},
     "wait_timeout": {"type": "float", "default": 120},
     "settings": {"type": "dict", "default": {}},
@@ -260,7 +304,7 @@ ARGUMENT_SPEC = {
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
-    if p["version"].startswith("v"):
+    if (p["version"] or "").startswith("v"):
         module.fail_json(msg=f"version {p['version']!r}: give it without the leading v")
     try:
         result = Upgrade(module, api_client(p, fresh=True)).run()

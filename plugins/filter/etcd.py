@@ -17,6 +17,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
     schemes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    cluster_config,
     effective_options,
 )
 
@@ -159,6 +160,13 @@ def etcd_peer_member(peer, cluster_spec, state, members, naming):
     return {"name": peer, "spec": etcd_peer_spec(peer, cluster_spec, state, members, naming)}
 
 
+@_domain_rule
+def etcd_cluster_config(cluster_spec):
+    """The configuration (etcd options, pod template) every member of a cluster whose spec is
+    ``cluster_spec`` should run: a member whose EtcdPeer says otherwise is restarted with it."""
+    return cluster_config(cluster_spec)
+
+
 def etcd_tls_schemes(tls_spec):
     """The network's ``client_scheme`` and ``peer_scheme`` for an EtcdCluster's ``spec.tls``."""
     return schemes(tls_spec)
@@ -177,4 +185,5 @@ class FilterModule:
             "etcd_version_compare": etcd_version_compare,
             "etcd_minor": etcd_minor,
             "etcd_tls_schemes": etcd_tls_schemes,
+            "etcd_cluster_config": etcd_cluster_config,
         }

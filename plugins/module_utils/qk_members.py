@@ -36,7 +36,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     member_labels,
     seconds_between,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import option_flags
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    CONFIG_HASH_ANNOTATION,
+    config_hash,
+    option_flags,
+    peer_config,
+)
 
 # ansible-operator maps changes of objects carrying these annotations to the named owner
 # (operator-lib's EnqueueRequestForAnnotation) without an ownerReference, so a PVC can wake its
@@ -179,6 +184,33 @@ def tls_flags(tls, metrics_port):
     return flags
 
 
+# The failure domains members are kept apart in, by weight: a node first, then a zone (a node
+# without the zone label is simply in none).
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+ZONE_LABEL = "topology.kubernetes.io/zone"
+SPREAD_TOPOLOGY_KEYS = ((HOSTNAME_LABEL, 100), (ZONE_LABEL, 50))
+
+
+def default_spreading(cluster):
+    """The members' pod anti-affinity when spec.podTemplate sets no scheduling of its own:
+    preferred, not required, so that a cluster with fewer nodes than members still starts (the
+    status warns, qk_report's MembersSpread condition)."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": weight,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {CLUSTER_LABEL: cluster}},
+                        "topologyKey": key,
+                    },
+                }
+                for key, weight in SPREAD_TOPOLOGY_KEYS
+            ]
+        }
+    }
+
+
 def render_replicaset(peer_name, namespace, spec, settings=None):
     """A ReplicaSet of one pod running the member.
 
@@ -257,14 +289,18 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
             ],
         ],
     }
-    for key in ("affinity", "tolerations", "nodeSelector"):
+    for key in ("affinity", "tolerations", "nodeSelector", "topologySpreadConstraints"):
         if template.get(key):
             pod_spec[key] = copy.deepcopy(template[key])
+    if not template.get("affinity") and not template.get("topologySpreadConstraints"):
+        pod_spec["affinity"] = default_spreading(cluster)
     labels = member_labels(cluster, peer_name)
     pod_metadata = {"labels": labels}
     annotations = (template.get("metadata") or {}).get("annotations") or {}
-    if annotations:
-        pod_metadata["annotations"] = dict(annotations)
+    pod_metadata["annotations"] = {
+        **annotations,
+        CONFIG_HASH_ANNOTATION: config_hash(peer_config(spec)),
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
@@ -342,6 +378,8 @@ def summarize_pod(pod):
         "ip": status.get("podIP", ""),
         "created": meta.get("creationTimestamp", ""),
         "force_new_cluster": started_with_force_new_cluster(pod),
+        # None for a pod started before the operator annotated it: what it runs is unknown.
+        "config_hash": (meta.get("annotations") or {}).get(CONFIG_HASH_ANNOTATION),
         "last_exit": (
             {"reason": last.get("reason", ""), "exit_code": last.get("exitCode")} if last else None
         ),

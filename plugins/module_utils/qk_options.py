@@ -13,17 +13,26 @@ overflows a 1 GiB volume with ENOSPC before the quota ever trips).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from decimal import Decimal, InvalidOperation
+
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_GROUP
 
 MIB = 1 << 20
 GIB = 1 << 30
 # etcd's documented largest suggested quota; more needs spec.options.allowLargeQuota.
 MAX_SUGGESTED_QUOTA = 8 * GIB
+# etcd's own quota, for a member started without --quota-backend-bytes.
+ETCD_DEFAULT_QUOTA = 2 * GIB
 # What the write-ahead log may take besides the database: etcd preallocates 64 MB segments and
 # keeps 5 (--max-wals), plus a snapshot file.
 WAL_ROOM = 384 * MIB
 DEFAULT_AUTO_COMPACTION = {"mode": "periodic", "retention": "5m"}
+# On a member's pod: the hash of the configuration it was started with (member_config), so that
+# what a pod runs can be told from what its EtcdPeer asks for without reading its command line.
+CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 
 _BINARY_SUFFIX = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50}
 _DECIMAL_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
@@ -103,3 +112,39 @@ def option_flags(options: dict | None) -> list[str]:
             f"--auto-compaction-retention={compaction['retention']}",
         ]
     return flags
+
+
+def peer_config(peer_spec: dict) -> dict:
+    """What of a member's EtcdPeer spec a restart applies: the etcd options it was started
+    with and its pod template. ``{"options": {}}`` for a member created before spec.options
+    existed: it runs etcd's defaults until it is restarted with its cluster's (qk_plan_config).
+    """
+    return {
+        "options": peer_spec.get("options") or {},
+        "podTemplate": peer_spec.get("podTemplate") or {},
+    }
+
+
+def cluster_config(cluster_spec: dict) -> dict:
+    """The peer_config every member of an EtcdCluster whose spec is ``cluster_spec`` should run."""
+    return {
+        "options": effective_options(cluster_spec),
+        "podTemplate": cluster_spec.get("podTemplate") or {},
+    }
+
+
+def config_hash(config: dict) -> str:
+    """A short, stable fingerprint of a peer_config (the pod annotation CONFIG_HASH_ANNOTATION)."""
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def human_bytes(size: int) -> str:
+    """``size`` bytes as kubectl users read them (``512Mi``, ``1.5Gi``, ``20Ki``)."""
+    for suffix, scale in (("Gi", GIB), ("Mi", MIB), ("Ki", 1 << 10)):
+        if size >= scale:
+            value = size / scale
+            return (
+                f"{value:.0f}{suffix}" if value >= 10 else f"{value:.1f}{suffix}".replace(".0", "")
+            )
+    return str(size)

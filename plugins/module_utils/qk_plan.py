@@ -21,6 +21,11 @@ that returns a step decides. Rules, in priority order (the action they return in
   anything else; the next member is upgraded only when every member is healthy, caught up,
   without alarm, and no other change is due (a scale or replacement goes first, on the version
   the members run).
+- roll_config [restart_member, wait] (a change of spec.options or spec.podTemplate,
+  qk_plan_config): the same rollout through the same gate (qk_plan_rollout) once no upgrade is
+  under way: a member restarted onto the new configuration is waited for (or the rollout stops
+  at it: ConfigRolloutFailed), an out-of-date member that is down is restarted at once, the
+  others one at a time, the leader last.
 
 No member answers:
 - data_lost_unanswered [wait, force_new_cluster, restore_from_backup]: members of the formed
@@ -82,6 +87,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_config import roll_config
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_membership import (
     add_member,
     bootstrap,
@@ -118,6 +124,7 @@ RULES: tuple[Rule, ...] = (
     repair_members,
     recovery_under_way,
     rolling_upgrade,
+    roll_config,
     # No member answers.
     data_lost_unanswered,
     update_peers,
@@ -141,7 +148,7 @@ RULES: tuple[Rule, ...] = (
 def etcd_cluster_plan(observed: Mapping) -> Step:
     """The next step. observed: etcd_cluster_observe's result {cluster, peers, pvcs, pods,
     replicasets, etcd, backups, recovery_restore} with the role's context {replicas, version,
-    repository, upgrade, disaster_recovery, current, now}; it is not modified."""
+    repository, config, upgrade, disaster_recovery, current, now}; it is not modified."""
     context = PlanContext.from_observed(observed)
     for rule in RULES:
         step = rule(context)

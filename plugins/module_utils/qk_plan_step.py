@@ -36,6 +36,7 @@ STEP_ACTIONS = MappingProxyType(
         "finish_force_new_cluster": "restart the survivor without --force-new-cluster",
         "restore_from_backup": "create the in-place EtcdRestore of the newest verified backup",
         "upgrade_member": "restart one member on another version (rolling upgrade)",
+        "restart_member": "restart one member with the cluster's options and pod template",
         "create_peer": "create the EtcdPeer of a member etcd has but no peer stands for",
         "replace_member": "remove a member whose data is gone, and its peer, to re-add it",
         "promote": "promote a learner that has caught up to a voting member",
@@ -73,7 +74,10 @@ class Step(TypedDict, total=False):
     version: str  # the version it starts with
     repository: str
     from_version: str  # upgrade_member: the version it ran
-    move_leader_to: str  # upgrade_member: leadership moves there first ("" for none)
+    move_leader_to: (
+        str  # upgrade_member, restart_member: leadership moves there first ("" for none)
+    )
+    config: dict  # restart_member: the peer_config it restarts with (qk_options)
     voters_after: int  # add_member
     members: list[dict]  # repair_members, recover_space: [{name}]
     peers: list[str]  # hand_over_members

@@ -15,6 +15,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     seconds_between,
     version_or_none,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_rollout import (
+    membership_changing,
+    next_to_restart,
+    restart_gate,
+    space_recovery_first,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
     PlanContext,
     Step,
@@ -22,9 +28,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step imp
 )
 
 DEFAULT_UPGRADE_MEMBER_TIMEOUT_SECONDS = 300
-# A member has caught up with the leader when its raft index is at most this far behind; the
-# indexes come from status calls made at the same moment, so a live cluster differs by a few.
-UPGRADE_MAX_RAFT_LAG = 100
 # etcd's own upgrade guides: the lowest version every member must run before the minor version
 # on the left. 3.6: "make sure that all of your 3.5 members are updated to 3.5.32 or later"
 # (etcd.io/docs/v3.6/upgrades/upgrade_3_6, after the 3.5 membership and v2store fixes).
@@ -86,7 +89,7 @@ def rolling_upgrade(ctx: PlanContext) -> Step | None:
         return _upgrade_wait_for(ctx, name, peers[name], members.get(name), target, count)
     if not moving and not down:
         return _cluster_version_catching_up(ctx, target, count)
-    if _other_change_pending(ctx):
+    if membership_changing(ctx):
         return None
     refused = _upgrade_refused(ctx, target)
     if refused:
@@ -167,18 +170,6 @@ def _upgrade_wait_for(ctx: PlanContext, name, peer, member, target, count) -> St
         f"upgrade to {target} stopped at member {name} ({count}): {why}; {rollback}",
         "degraded",
         upgrade={"member": name, "target": target},
-    )
-
-
-def _other_change_pending(ctx: PlanContext) -> bool:
-    """Whether membership is not as the spec says or is changing (a learner, a member without
-    a peer or a peer without a member, members to add or remove): finished before an upgrade."""
-    if not ctx.reachable:
-        return len(ctx.live_peers) != ctx.replicas
-    return (
-        bool(ctx.learners)
-        or set(ctx.by_peer) != set(ctx.live_peers)
-        or len(ctx.voters) != ctx.replicas
     )
 
 
@@ -276,78 +267,28 @@ def _upgrade_down_member(ctx: PlanContext, name: str, target: str, count: str) -
 def _upgrade_next_member(
     ctx: PlanContext, moving: list[str], target: str, count: str
 ) -> Step | None:
-    """The gate (every member healthy, its pod ready, caught up with the leader, no alarm),
-    then the next member: the highest ordinal that does not lead, the leader last."""
-    members, info = ctx.by_peer, ctx.etcd
-    unhealthy = sorted((n for n, m in members.items() if not m.get("healthy")), key=ordinal_of)
-    if unhealthy:
-        return make_step(
-            "wait",
-            "MembersUnhealthy",
-            f"upgrading to {target} ({count}) waits for unhealthy members to recover: "
-            f"{', '.join(unhealthy)}",
-            "degraded",
-        )
-    alarms = (info.get("alarms") or []) if isinstance(info.get("alarms"), list) else []
-    if alarms and all(a.get("alarm") == "NOSPACE" for a in alarms):
-        # The space is given back first (recover_space); the upgrade goes on afterwards.
+    """The rollout gate (qk_plan_rollout: every member healthy, its pod ready, caught up with
+    the leader, no alarm), then the next member: the highest ordinal that does not lead, the
+    leader last."""
+    if space_recovery_first(ctx):
         return None
-    if alarms:
-        by_id = {m.get("id"): n for n, m in members.items()}
-        active = ", ".join(
-            f"{a.get('alarm')} on {by_id.get(a.get('member_id'), a.get('member_id'))}"
-            for a in alarms
-        )
+    waiting = restart_gate(ctx, f"upgrading to {target} ({count})", "Upgrading")
+    if waiting:
+        return waiting
+    name, move_to = next_to_restart(
+        ctx, moving, lambda _name, member: _running_version(member) == target
+    )
+    if move_to is None:
+        # No member runs the new version yet while the leader is the last one left: never
+        # the case when the followers went first; wait rather than restart the leader.
         return make_step(
             "wait",
-            "AlarmActive",
-            f"upgrading to {target} ({count}) waits: etcd alarm {active} is active",
-            "degraded",
+            "Upgrading",
+            f"upgrading to {target}, {count}: waiting for a member on {target} to hand "
+            f"leadership of {name} to",
+            "poll",
         )
-    unready = sorted(
-        (n for n in members if not (ctx.pods.get(n) or {}).get("ready")), key=ordinal_of
-    )
-    leader = next((m for m in members.values() if m.get("is_leader")), None)
-    behind = [
-        f"{n} (raft index {m.get('raft_index')} of {leader.get('raft_index')})"
-        for n, m in sorted(members.items(), key=lambda item: ordinal_of(item[0]))
-        if leader
-        and (m.get("raft_index") or 0) + UPGRADE_MAX_RAFT_LAG < (leader.get("raft_index") or 0)
-    ]
-    if unready or behind or leader is None:
-        waiting = (
-            f"the pods of {', '.join(unready)} to be ready"
-            if unready
-            else f"{', '.join(behind)} to catch up with the leader"
-            if behind
-            else "a leader"
-        )
-        return make_step(
-            "wait", "Upgrading", f"upgrading to {target}, {count}: waiting for {waiting}", "poll"
-        )
-    leader_name = member_peer_name(leader, ctx.cluster)
-    followers = [n for n in moving if n != leader_name]
-    name = followers[0] if followers else leader_name
-    member = members[name]
-    move_to = ""
-    if name == leader_name and len(members) > 1:
-        upgraded = [
-            m
-            for n, m in members.items()
-            if n != name and _running_version(m) == target and not m.get("is_learner")
-        ]
-        best = max(upgraded or [], key=lambda m: m.get("raft_index") or 0, default=None)
-        if best is None:
-            # No member runs the new version yet while the leader is the last one left: never
-            # the case when the followers went first; wait rather than restart the leader.
-            return make_step(
-                "wait",
-                "Upgrading",
-                f"upgrading to {target}, {count}: waiting for a member on {target} to hand "
-                f"leadership of {name} to",
-                "poll",
-            )
-        move_to = member_peer_name(best, ctx.cluster)
+    member = ctx.by_peer[name]
     old = _running_version(member)
     then = f"; leadership moves to {move_to} first" if move_to else ""
     what = (
@@ -372,7 +313,7 @@ def _upgrade_next_member(
 def _cluster_version_catching_up(ctx: PlanContext, target: str, count: str) -> Step | None:
     """Every member runs the new version: etcd raises the cluster version by itself a few
     seconds later (its leader checks every few seconds); the upgrade is done then."""
-    if not ctx.etcd.get("healthy") or _other_change_pending(ctx):
+    if not ctx.etcd.get("healthy") or membership_changing(ctx):
         return None
     version = ctx.etcd.get("cluster_version") or ""
     decided = version_or_none(version)

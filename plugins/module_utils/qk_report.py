@@ -21,6 +21,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     ordinal_of,
     version_or_none,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    ETCD_DEFAULT_QUOTA,
+    config_hash,
+    human_bytes,
+    quantity_bytes,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     PLACEHOLDER_CLUSTER_VERSION,
 )
@@ -35,6 +41,7 @@ PROBLEM_REASONS = {
     "ReplacementUnsafe",
     "StepFailed",
     "UpgradeFailed",
+    "ConfigRolloutFailed",
     "UpgradeRefused",
     "AlarmActive",
     "CertificatesInvalid",
@@ -75,8 +82,10 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     members = info.get("members", []) if info.get("reachable") else []
     by_peer = {member_peer_name(m, cluster): m for m in members}
     alarms = info.get("alarms") if isinstance(info.get("alarms"), list) else []
+    wanted_config = config_hash(observed["config"]) if observed.get("config") else None
+    quotas = {p["name"]: p.get("quota_bytes") for p in peers}
     member_statuses = sorted(
-        (_member_status(m, cluster, pods, alarms) for m in members),
+        (_member_status(m, cluster, pods, alarms, wanted_config, quotas) for m in members),
         key=lambda m: ordinal_of(m["name"]),
     )
     leader = next((m for m in members if m.get("is_leader")), None)
@@ -150,6 +159,9 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
             "message": degraded_message if degraded else "no problem observed",
         },
     ]
+    spread = _spread_condition(members, cluster, pods, observed.get("zones") or {})
+    if spread and not refused:
+        conditions.append(spread)
     phase = "Degraded" if degraded else "Available" if available else "Progressing"
     status = {
         "replicas": len(peers),
@@ -168,6 +180,12 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         for field in ("readyReplicas", "members", "leader"):
             if field in current:
                 status[field] = current[field]
+    sized = [m for m in member_statuses if "dbSize" in m]
+    if sized and not refused:
+        # The largest member: the one that reaches the quota first.
+        largest = max(sized, key=lambda m: (m["quotaUsedPercent"], m["dbSize"]))
+        status["databaseSize"] = human_bytes(largest["dbSize"])
+        status["quotaUsedPercent"] = largest["quotaUsedPercent"]
     version = _cluster_version(info, current.get("clusterVersion") or "")
     if version:
         status["clusterVersion"] = version
@@ -191,12 +209,26 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     )
     if degraded and current_degraded.get("message") != degraded_message:
         events.append({"reason": degraded_reason, "type": "Warning", "message": degraded_message})
+    events += _near_quota_events(current.get("members"), member_statuses)
+    current_spread = next(
+        (c for c in current.get("conditions") or [] if c.get("type") == "MembersSpread"), {}
+    )
+    if (
+        spread
+        and spread["reason"] in UNSPREAD_REASONS
+        and current_spread.get("message") != spread["message"]
+    ):
+        events.append({"reason": spread["reason"], "type": "Warning", "message": spread["message"]})
     if not refused:
-        upgrading = _upgrading_members(observed, member_statuses)
+        restarted_on_purpose = _upgrading_members(observed, member_statuses) | {
+            p["name"] for p in peers if _reconfiguring(p)
+        }
         events += _restart_events(
-            current.get("members"), [m for m in member_statuses if m["name"] not in upgrading]
+            current.get("members"),
+            [m for m in member_statuses if m["name"] not in restarted_on_purpose],
         )
         events += _upgrade_events(observed, member_statuses)
+        events += _reconfigured_events(peers, peer_statuses, member_statuses)
     requeue = step["requeue"]
     if problems and requeue != "next":
         requeue = "degraded"
@@ -254,6 +286,84 @@ def _problems(observed: dict) -> list[dict]:
     return found
 
 
+# A member's database this full of its quota gets a warning (NOSPACE comes at 100%).
+NEAR_QUOTA_PERCENT = 80
+
+
+def _near_quota_events(current_members: list | None, members: list[dict]) -> list[dict]:
+    """A Warning for each member whose database crossed NEAR_QUOTA_PERCENT of its quota."""
+    before = {m.get("name"): m.get("quotaUsedPercent") for m in current_members or []}
+    events = []
+    for member in members:
+        used, was = member.get("quotaUsedPercent"), before.get(member["name"])
+        if used is None or used < NEAR_QUOTA_PERCENT or (was or 0) >= NEAR_QUOTA_PERCENT:
+            continue
+        in_use = member.get("dbSizeInUse", member["dbSize"])
+        events.append(
+            {
+                "reason": "DatabaseNearQuota",
+                "type": "Warning",
+                "message": f"member {member['name']}'s database uses {used}% of its quota "
+                f"({human_bytes(member['dbSize'])}, {human_bytes(in_use)} in use): etcd refuses "
+                "writes at 100% (NOSPACE). Delete keys you no longer need, or raise "
+                "spec.options.quotaBackendBytes within the volume",
+            }
+        )
+    return events
+
+
+UNSPREAD_REASONS = ("QuorumOnOneNode", "QuorumInOneZone")
+
+
+def _spread_condition(members: list, cluster: str, pods: dict, zones: dict) -> dict | None:
+    """MembersSpread: whether losing one node (or one zone, where nodes are labelled with
+    one) keeps a quorum of the voting members. None while no voting member's pod has a node."""
+    placed = {}
+    for member in members:
+        name = member_peer_name(member, cluster)
+        node = (pods.get(name) or {}).get("node")
+        if node and not member.get("is_learner"):
+            placed[name] = node
+    voters = sum(1 for m in members if not m.get("is_learner"))
+    if not placed:
+        return None
+    can_lose = voters - (voters // 2 + 1)
+    domains = [("node", "QuorumOnOneNode", placed)]
+    if any(zones.get(node) for node in placed.values()):
+        in_zone = {name: zones.get(node) or f"no zone ({node})" for name, node in placed.items()}
+        domains.append(("zone", "QuorumInOneZone", in_zone))
+    for kind, reason, where in domains:
+        held = {}
+        for name, domain in where.items():
+            held.setdefault(domain, []).append(name)
+        domain, names = max(held.items(), key=lambda item: (len(item[1]), item[0]))
+        if len(names) > can_lose:
+            names = sorted(names, key=ordinal_of)
+            return {
+                "type": "MembersSpread",
+                "status": "False",
+                "reason": reason,
+                "message": f"{_members_named(names)} of {voters} voting members run on {kind} "
+                f"{domain}: losing it loses quorum ({voters // 2 + 1} needed). Members are "
+                f"spread by a preferred anti-affinity when the nodes allow it; add nodes, or "
+                f"require it through spec.podTemplate.affinity",
+            }
+    nodes = sorted(set(placed.values()))
+    where = f"{len(nodes)} nodes ({', '.join(nodes)})"
+    if len(domains) > 1:
+        where += f" in {len(set(domains[1][2].values()))} zones"
+    return {
+        "type": "MembersSpread",
+        "status": "True",
+        "reason": "SpreadAcrossFailureDomains",
+        "message": f"{len(placed)} voting members on {where}: losing one keeps a quorum",
+    }
+
+
+def _members_named(names: list[str]) -> str:
+    return f"member {names[0]}" if len(names) == 1 else f"members {', '.join(names)}"
+
+
 def _cluster_version(info: dict, previous: str) -> str:
     """etcd's cluster version, or the last known one while etcd has not decided it (it says
     ``not_decided``, or ``3.0.0`` for a moment after a cluster forms)."""
@@ -267,7 +377,14 @@ def _cluster_version(info: dict, previous: str) -> str:
     return version
 
 
-def _member_status(member: dict, cluster: str, pods: dict, alarms: list | None = None) -> dict:
+def _member_status(
+    member: dict,
+    cluster: str,
+    pods: dict,
+    alarms: list | None = None,
+    wanted_config=None,
+    quotas: dict | None = None,
+) -> dict:
     name = member_peer_name(member, cluster)
     pod = pods.get(name) or {}
     status = {
@@ -286,9 +403,17 @@ def _member_status(member: dict, cluster: str, pods: dict, alarms: list | None =
         status["dbSize"] = int(member["db_size"])
     if member.get("db_size_in_use") is not None:
         status["dbSizeInUse"] = int(member["db_size_in_use"])
+    if "dbSize" in status:
+        quota = quantity_bytes((quotas or {}).get(name) or ETCD_DEFAULT_QUOTA)
+        status["quotaUsedPercent"] = min(100, status["dbSize"] * 100 // quota)
+        if "dbSizeInUse" in status and status["dbSize"]:
+            free = max(0, status["dbSize"] - status["dbSizeInUse"])
+            status["fragmentedPercent"] = free * 100 // status["dbSize"]
     raised = sorted(a.get("alarm") for a in alarms or [] if a.get("member_id") == member.get("id"))
     if raised:
         status["alarms"] = raised
+    if wanted_config and pod.get("config_hash"):
+        status["configUpToDate"] = pod["config_hash"] == wanted_config
     return status
 
 
@@ -300,6 +425,9 @@ def _peer_status(peer: dict, member: dict | None, pod: dict | None, lost: bool) 
         status["memberID"] = member["id"]
     if member and member.get("version"):
         status["serverVersion"] = member["version"]
+    if member and member.get("healthy") and pod.get("config_hash"):
+        # What the member was seen serving with, as serverVersion is for its version.
+        status["configHash"] = pod["config_hash"]
     if ready:
         ready_reason, ready_message = "PodReady", f"pod {pod['name']} is ready"
     elif pod.get("problem"):
@@ -399,6 +527,35 @@ def _upgrade_events(observed: dict, members: list[dict]) -> list[dict]:
                 "message": f"member {member['name']} runs etcd {now} (was {before}), with its "
                 f"data and member ID {member['id']}; {on_target} of {len(members)} members on "
                 f"{target}",
+            }
+        )
+    return events
+
+
+def _reconfiguring(peer: dict) -> bool:
+    """Whether the member's EtcdPeer asks for another configuration than it was last seen
+    serving with: its pod is replaced on purpose (qk_plan_config's rolling restart)."""
+    seen = (peer.get("status") or {}).get("configHash")
+    return bool(seen) and seen != peer.get("config_hash")
+
+
+def _reconfigured_events(
+    peers: list[dict], peer_statuses: list[dict], members: list[dict]
+) -> list[dict]:
+    """An Event for each member seen serving with its EtcdPeer's new configuration."""
+    written = {p["name"]: p["status"].get("configHash") for p in peer_statuses}
+    up_to_date = sum(1 for m in members if m.get("configUpToDate"))
+    events = []
+    for peer in peers:
+        if not _reconfiguring(peer) or written.get(peer["name"]) != peer.get("config_hash"):
+            continue
+        events.append(
+            {
+                "reason": "MemberReconfigured",
+                "type": "Normal",
+                "message": f"member {peer['name']} serves with its new configuration "
+                f"(spec.options and spec.podTemplate), with its data and member ID; "
+                f"{up_to_date} of {len(members)} members up to date",
             }
         )
     return events

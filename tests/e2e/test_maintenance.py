@@ -1,7 +1,9 @@
 """Day-2 care end to end: members run with spec.options (a backend quota that fits the volume,
 auto-compaction), and a cluster a writer drove to NOSPACE is given its space back by the
 operator (compacted, defragmented member by member, alarm disarmed) before anything else, so
-that it accepts writes again with the latest value of every key intact."""
+that it accepts writes again with the latest value of every key intact. Options and pod
+template changed on a live cluster restart its members one at a time under a writer, and a
+configuration a member cannot run stops the rollout at that member until it is put back."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors i
     EtcdOperationError,
 )
 from kubehelpers import wait_until
+from upgradehelpers import AckedWriter
 
 pytestmark = pytest.mark.cluster
 
@@ -86,3 +89,113 @@ def test_a_cluster_out_of_space_accepts_writes_again(etcd_cluster):
             assert client.get(key) in values, key
     events = [e["message"] for e in kube.events(ns, name) if e["reason"] == "SpaceReclaimed"]
     assert "NOSPACE disarmed on" in events[-1], json.dumps(events)
+
+
+def members_on(cluster, flag: str) -> dict[str, bool]:
+    """Whether each member's pod runs with ``flag``, and the status says it is up to date."""
+    status = cluster.get().get("status", {})
+    args = {
+        p["metadata"]["labels"].get("etcd.quorumkeeper.dev/peer"): p["spec"]["containers"][0][
+            "args"
+        ]
+        for p in cluster.pods()
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    return {
+        m["name"]: m.get("configUpToDate") is True and flag in args.get(m["name"], [])
+        for m in status.get("members", [])
+    }
+
+
+def test_options_changed_on_a_live_cluster_roll_the_members_with_no_write_lost(etcd_cluster):
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    ids = etcd_cluster.member_ids()
+    claims = {p: kube.get("pvc", p, ns)["metadata"]["uid"] for p in ids}
+    before = {p: etcd_cluster.pod_of(p)["metadata"]["name"] for p in ids}
+    endpoint = etcd_cluster.client_endpoint()
+    with AckedWriter(endpoint, "/options/") as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+        etcd_cluster.patch_spec(options={"snapshotCount": 5000, "heartbeatIntervalMs": 150})
+        wait_until(
+            "every member restarted with the new options",
+            lambda: (
+                all((on := members_on(etcd_cluster, "--snapshot-count=5000")).values())
+                and len(on) == 3
+            ),
+            240,
+        )
+        status = etcd_cluster.wait_available(3)
+    summary = writer.summary()
+    assert writer.lost(endpoint) == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    assert etcd_cluster.member_ids() == ids, "members keep their IDs"
+    assert {p: kube.get("pvc", p, ns)["metadata"]["uid"] for p in ids} == claims
+    assert all(etcd_cluster.pod_of(p)["metadata"]["name"] != before[p] for p in ids)
+    peer = kube.get(PEERS, f"{name}-0", ns)
+    assert peer["spec"]["options"]["snapshotCount"] == 5000
+    assert peer["spec"]["options"]["heartbeatIntervalMs"] == 150
+    assert peer["spec"]["options"]["autoCompaction"] == {"mode": "periodic", "retention": "5m"}
+    assert all(m["configUpToDate"] for m in status["members"])
+    events = kube.events(ns, name)
+    restarts = [e["message"] for e in events if e["reason"] == "RollingRestart"]
+    assert len([m for m in restarts if m.startswith("restarting member")]) == 3, restarts
+    reasons = [e["reason"] for e in events]
+    assert reasons.count("MemberReconfigured") == 3, reasons
+    assert "MemberPodReplaced" not in reasons, "a rolling restart is not a surprise"
+
+
+def test_a_configuration_a_member_cannot_run_stops_at_it_and_is_undone(etcd_cluster):
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    ids = etcd_cluster.member_ids()
+    # No node has this label: the first member restarted with it cannot be scheduled.
+    etcd_cluster.patch_spec(podTemplate={"nodeSelector": {"quorumkeeper.dev/e2e": "nowhere"}})
+    degraded = wait_until(
+        "the rolling restart to stop with ConfigRolloutFailed",
+        lambda: (
+            (c := etcd_cluster.condition("Degraded")).get("reason") == "ConfigRolloutFailed" and c
+        ),
+        180,
+    )
+    assert "cannot be scheduled" in degraded["message"], degraded
+    stuck = degraded["message"].split("stopped at member ")[1].split(" ")[0]
+    healthy = {m["name"] for m in etcd_cluster.get()["status"]["members"] if m["healthy"]}
+    assert healthy == set(ids) - {stuck}, "the others keep serving, untouched"
+    etcd_cluster.put("still", "serving")
+
+    etcd_cluster.patch_spec(podTemplate=None)
+    status = etcd_cluster.wait_available(3, timeout=180)
+    assert etcd_cluster.member_ids() == ids
+    assert all(m["configUpToDate"] for m in status["members"])
+    assert etcd_cluster.value("still") == "serving"
+
+
+def test_members_are_spread_across_nodes_and_the_status_warns_when_they_are_not(etcd_cluster):
+    etcd_cluster.create(3)
+    status = etcd_cluster.wait_available(3)
+    nodes = {
+        m["name"]: etcd_cluster.pod_of(m["name"])["spec"]["nodeName"] for m in status["members"]
+    }
+    assert len(set(nodes.values())) == 3, f"the local cluster has 3 nodes: {nodes}"
+    spread = wait_until(
+        "MembersSpread",
+        lambda: (c := etcd_cluster.condition("MembersSpread")).get("status") == "True" and c,
+        60,
+    )
+    assert "3 voting members on 3 nodes" in spread["message"], spread
+
+    # Pinned to one node through the pod template: the members move there one at a time, and
+    # the status says that node now holds the quorum.
+    node = nodes[f"{etcd_cluster.name}-0"]
+    etcd_cluster.patch_spec(podTemplate={"nodeSelector": {"kubernetes.io/hostname": node}})
+    warned = wait_until(
+        "MembersSpread False",
+        lambda: (c := etcd_cluster.condition("MembersSpread")).get("status") == "False" and c,
+        240,
+    )
+    assert warned["reason"] == "QuorumOnOneNode", warned
+    assert f"run on node {node}: losing it loses quorum" in warned["message"], warned
+    assert "QuorumOnOneNode" in etcd_cluster.event_reasons()
+    etcd_cluster.wait_available(3)

@@ -10,6 +10,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    CONFIG_HASH_ANNOTATION,
+    config_hash,
+)
 from kubehelpers import CLUSTERS, wait_until
 from test_member_modules import (  # noqa: F401 - fixtures
     API,
@@ -75,6 +79,36 @@ def test_a_replicaset_left_deleted_by_an_interrupted_run_is_created_again(kube, 
     assert not res["failed"] and res["changed"] and not res["patched"], res
     (pod,) = live_pods(kube)
     assert pod["spec"]["containers"][0]["image"] == "quay.io/coreos/etcd:v3.6.98"
+
+
+def test_a_new_configuration_replaces_the_pod_and_drops_the_options_left_out(kube, run_module):
+    spec = peer_spec("m-0", version="3.6.97")
+    spec["options"] = {"snapshotCount": 10000, "maxRequestBytes": 2097152}
+    assert not run_peer(run_module, kube, spec=spec)["failed"]
+    (old,) = wait_until("the member's pod", lambda: live_pods(kube), 60)
+    config = {"options": {"snapshotCount": 5000}, "podTemplate": {"nodeSelector": {"a": "b"}}}
+
+    res = run_upgrade(run_module, kube, config=config)
+    assert not res["failed"], res.get("msg")
+    assert (res["patched"], res["restarted"]) == (True, True)
+    assert res["replaced_pods"] == [old["metadata"]["name"]]
+    peer = get(kube, "etcdpeer", "m-0")
+    # Replaced, not merged: the option left out is gone, and the version is the peer's own.
+    assert peer["spec"]["options"] == {"snapshotCount": 5000}
+    assert peer["spec"]["podTemplate"] == {"nodeSelector": {"a": "b"}}
+    assert peer["spec"]["version"] == "3.6.97"
+    (new,) = live_pods(kube)
+    args = new["spec"]["containers"][0]["args"]
+    assert "--snapshot-count=5000" in args
+    assert not [a for a in args if a.startswith("--max-request-bytes")]
+    assert new["spec"]["nodeSelector"] == {"a": "b"}
+    assert new["metadata"]["annotations"][CONFIG_HASH_ANNOTATION] == config_hash(config)
+
+    res = run_upgrade(run_module, kube, config=config)
+    assert not res["failed"] and res["changed"] is False, res
+    # Without a configuration (an upgrade), the pod's is not looked at.
+    res = run_upgrade(run_module, kube, version="3.6.97")
+    assert not res["failed"] and res["changed"] is False, res
 
 
 def test_a_peer_that_is_gone_is_left_alone(kube, run_module):

@@ -21,6 +21,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     summarize_pvc,
     summarize_replicaset,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    CONFIG_HASH_ANNOTATION,
+    config_hash,
+    peer_config,
+)
 
 SPEC = {
     "clusterName": "c",
@@ -90,6 +95,19 @@ def test_replicaset_runs_the_member_with_its_identity_and_no_liveness_probe():
     assert spec["volumes"] == [{"name": "data", "persistentVolumeClaim": {"claimName": "c-1"}}]
 
 
+def test_the_pod_says_which_configuration_it_was_started_with():
+    spec = copy.deepcopy(SPEC)
+    plain = render_replicaset("c-0", "ns", spec)["spec"]["template"]["metadata"]["annotations"]
+    spec["options"] = {"snapshotCount": 5000}
+    tuned = render_replicaset("c-0", "ns", spec)["spec"]["template"]["metadata"]["annotations"]
+    assert plain[CONFIG_HASH_ANNOTATION] == config_hash({"options": {}, "podTemplate": {}})
+    assert tuned[CONFIG_HASH_ANNOTATION] == config_hash(peer_config(spec))
+    assert tuned[CONFIG_HASH_ANNOTATION] != plain[CONFIG_HASH_ANNOTATION]
+    pod = {"metadata": {"name": "c-0-x", "annotations": tuned}, "spec": {}, "status": {}}
+    assert summarize_pod(pod)["config_hash"] == tuned[CONFIG_HASH_ANNOTATION]
+    assert summarize_pod({"metadata": {"name": "c-0-y"}})["config_hash"] is None
+
+
 def test_replicaset_takes_the_pod_template_settings():
     spec = copy.deepcopy(SPEC)
     spec["podTemplate"] = {
@@ -99,7 +117,10 @@ def test_replicaset_takes_the_pod_template_settings():
         "tolerations": [{"key": "etcd", "operator": "Exists"}],
     }
     pod = render_replicaset("c-0", "ns", spec)["spec"]["template"]
-    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "true"}
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        CONFIG_HASH_ANNOTATION: config_hash(peer_config(spec)),
+    }
     (container,) = pod["spec"]["containers"]
     assert container["env"] == [{"name": "GOMAXPROCS", "value": "1"}]
     assert container["resources"] == {"limits": {"cpu": "1500m"}}

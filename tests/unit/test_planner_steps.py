@@ -165,6 +165,9 @@ def observations():
             recovery_restore={"pending": True, "name": "c-recovery-1", "backup": "b"},
         ),
     }
+    reconfigure = observation(3, [peer(i, config_hash="old") for i in range(3)], three())
+    reconfigure["config"] = {"options": {"snapshotCount": 5000}, "podTemplate": {}}
+    out["restart_member"] = reconfigure
     nospace = observation(3, [peer(i) for i in range(3)], three())
     nospace["etcd"]["alarms"] = [
         {"member_id": nospace["etcd"]["members"][0]["id"], "alarm": "NOSPACE"}

@@ -1,0 +1,190 @@
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+"""The EtcdCluster planner's rolling restart onto a new configuration: a change of
+spec.options or spec.podTemplate (the rule ``roll_config``, see its doc).
+
+What a member is configured with is its EtcdPeer's peer_config (qk_options: its etcd options
+and pod template); what its pod runs is the hash the pod was started with (annotation
+CONFIG_HASH_ANNOTATION); what it was last seen serving with is its EtcdPeer's
+status.configHash, written by the report while the member is healthy.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    ordinal_of,
+    seconds_between,
+    version_or_none,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import config_hash
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_rollout import (
+    membership_changing,
+    next_to_restart,
+    restart_gate,
+    space_recovery_first,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
+    PlanContext,
+    Step,
+    make_step,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
+    DEFAULT_UPGRADE_MEMBER_TIMEOUT_SECONDS,
+)
+
+
+def roll_config(ctx: PlanContext) -> Step | None:
+    """The step of a rolling restart onto the cluster's configuration, or None when it has
+    nothing to do now.
+
+    A member is out of date when its EtcdPeer asks for another configuration than the
+    cluster's, or its pod was started with another one than its EtcdPeer asks for (an
+    operator stopped between the two). Each is restarted in turn, as the upgrade does it and
+    through the same gate (qk_plan_rollout): followers by highest ordinal first, the leader
+    last after handing leadership to a member already restarted; its EtcdPeer takes the new
+    configuration and its pod is replaced on the same volume, with the same name and member ID.
+
+    A member restarted onto the new configuration that has not served with it yet is waited
+    for before anything else, up to spec.upgrade.memberTimeoutSeconds; then the rollout stops
+    at it (ConfigRolloutFailed) and the others keep serving. A member that is down and out of
+    date (spec.options put back after a value its etcd refused) is restarted at once when every
+    other member is healthy: it serves nothing as it is. Not started while an upgrade or
+    another change (scale, replacement, learner, recovery) is under way.
+    """
+    wanted = ctx.observed.get("config")
+    peers = ctx.live_peers
+    if not wanted or not peers or not ctx.reachable or any(ctx.lost_data(n) for n in peers):
+        return None
+    wanted_hash = config_hash(wanted)
+    members = ctx.by_peer
+    stale, returning = [], []
+    for name, peer in sorted(peers.items(), key=lambda item: -ordinal_of(item[0])):
+        member = members.get(name)
+        if member is None or member.get("is_learner"):
+            # Not a voting member (yet): scale-up, replacement and promotion deal with it.
+            continue
+        pod_hash = (ctx.pods.get(name) or {}).get("config_hash")
+        if peer.get("config_hash") != wanted_hash or pod_hash not in (None, wanted_hash):
+            stale.append(name)
+        elif not member.get("healthy") and _restarted_for_config(peer, pod_hash):
+            returning.append(name)
+    total = len(peers)
+    count = f"{total - len(stale) - len(returning)} of {total} members up to date"
+    if returning and (ctx.etcd.get("healthy") or total == 1):
+        return _wait_for(ctx, returning[0], count)
+    if not stale or _upgrade_under_way(ctx) or membership_changing(ctx):
+        return None
+    down = [n for n in stale if not members[n].get("healthy")]
+    if down:
+        return _restart_down_member(ctx, down[0], wanted, count)
+    if not ctx.etcd.get("healthy") or space_recovery_first(ctx):
+        return None
+    waiting = restart_gate(
+        ctx, f"restarting members onto their new configuration ({count})", "RollingRestart"
+    )
+    if waiting:
+        return waiting
+    name, move_to = next_to_restart(
+        ctx,
+        stale,
+        lambda n, m: n not in stale and (ctx.pods.get(n) or {}).get("config_hash") == wanted_hash,
+    )
+    if move_to is None:
+        return make_step(
+            "wait",
+            "RollingRestart",
+            f"restarting members onto their new configuration ({count}): waiting for a "
+            f"restarted member to hand leadership of {name} to",
+            "poll",
+        )
+    then = f"; leadership moves to {move_to} first" if move_to else ""
+    return _restart_step(
+        ctx,
+        name,
+        wanted,
+        f"restarting member {name} onto the new "
+        f"configuration of spec.options and spec.podTemplate ({count}){then}",
+        move_to,
+    )
+
+
+def _restarted_for_config(peer: dict, pod_hash: str | None) -> bool:
+    """Whether the member's pod was started with its EtcdPeer's configuration, with which it
+    has never been seen serving: the rolling restart replaced it and it is not back yet."""
+    seen = (peer.get("status") or {}).get("configHash")
+    return bool(seen) and pod_hash == peer.get("config_hash") and seen != pod_hash
+
+
+def _upgrade_under_way(ctx: PlanContext) -> bool:
+    """Whether a member's EtcdPeer or etcd names another version than spec.version: the
+    upgrade goes first (each of its restarts is one a configuration change would repeat)."""
+    target = str(ctx.observed.get("version") or "")
+    if not version_or_none(target):
+        return False
+    return any(
+        peer.get("version") != target
+        or (ctx.by_peer.get(name) or {}).get("version") not in (None, "", target)
+        for name, peer in ctx.live_peers.items()
+    )
+
+
+def _wait_for(ctx: PlanContext, name: str, count: str) -> Step:
+    pod = ctx.pods.get(name) or {}
+    since = pod.get("created")
+    elapsed = seconds_between(since, ctx.observed.get("now") or None) if since else 0.0
+    settings = ctx.observed.get("upgrade") or {}
+    timeout = int(settings.get("memberTimeoutSeconds") or DEFAULT_UPGRADE_MEMBER_TIMEOUT_SECONDS)
+    problem = pod.get("problem")
+    if not problem and elapsed <= timeout:
+        return make_step(
+            "wait",
+            "RollingRestart",
+            f"restarting members onto their new configuration ({count}): waiting for {name} "
+            f"to come back (restarted {int(elapsed)}s ago)",
+            "poll",
+        )
+    why = (
+        problem["message"]
+        if problem
+        else f"it is not healthy {int(elapsed)}s after its restart (spec.upgrade."
+        f"memberTimeoutSeconds is {timeout}); see kubectl logs {pod.get('name') or name}"
+    )
+    return make_step(
+        "wait",
+        "ConfigRolloutFailed",
+        f"the rolling restart onto the new configuration stopped at member {name} ({count}): "
+        f"{why}; the other members keep serving and are not touched. Put spec.options and "
+        f"spec.podTemplate back to what they were to restart {name} with them at once",
+        "degraded",
+    )
+
+
+def _restart_down_member(ctx: PlanContext, name: str, wanted: dict, count: str) -> Step | None:
+    """An out-of-date member that is down: restarting it costs nothing when every other member
+    is healthy; else the wait for members is reported as usual."""
+    others = [m for n, m in ctx.by_peer.items() if n != name and not m.get("is_learner")]
+    if not all(m.get("healthy") for m in others) or (
+        len(ctx.live_peers) > 1 and not ctx.etcd.get("healthy")
+    ):
+        return None
+    return _restart_step(
+        ctx,
+        name,
+        wanted,
+        f"restarting member {name}, which is down, onto the configuration "
+        f"of spec.options and spec.podTemplate ({count})",
+        "",
+    )
+
+
+def _restart_step(ctx: PlanContext, name: str, wanted: dict, message: str, move_to: str) -> Step:
+    return make_step(
+        "restart_member",
+        "RollingRestart",
+        message,
+        "next",
+        peer=name,
+        member=ctx.by_peer.get(name),
+        config=wanted,
+        move_leader_to=move_to,
+    )
