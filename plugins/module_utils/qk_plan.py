@@ -63,7 +63,7 @@ With a healthy quorum (the rules below return None without one):
 - unhealthy_members [wait]: nothing changes while a voting member is unhealthy.
 - promote [promote, wait]: a started learner: promote it once it has caught up (a learner still
   starting is waited for).
-- recover_space [recover_space, wait] (qk_plan_space): etcd raised NOSPACE and refuses writes:
+- recover_space [defragment, wait] (qk_plan_space): etcd raised NOSPACE and refuses writes:
   compact, defragment member by member (the leader last, leadership moved first) and disarm,
   before any membership change; when the alarm is back soon after, the live data is at the
   quota and the step waits (DatabaseQuotaExceeded) saying what a person can do.
@@ -73,7 +73,12 @@ With a healthy quorum (the rules below return None without one):
   (leader moved first).
 - replace_stale_peer [replace_member]: a peer that never became a member (its learner was
   removed before it started): recreate it.
-- cluster_ready [none]: the cluster matches its spec.
+- defragment [defragment, wait] (qk_plan_space): spec.maintenance.defragmentation, once nothing
+  else is to be done: a request (annotation etcd.quorumkeeper.dev/defragment set to a new
+  value) or a scheduled time defragments every member, a threshold (free pages, quota use) the
+  members over it; one at a time through the rollout gate, the leader last.
+- cluster_ready [none]: the cluster matches its spec (the next scheduled defragmentation, when
+  sooner than the steady period, is its countdown).
 
 A step whose result shows only later (pods starting) says ``observe_after: False``: observing
 right after it would only cost time. Every step says when the next reconcile should come
@@ -108,6 +113,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_recovery
     recovery_under_way,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_space import (
+    defragment,
     recover_space,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
@@ -141,6 +147,7 @@ RULES: tuple[Rule, ...] = (
     add_member,
     remove_member,
     replace_stale_peer,
+    defragment,
     cluster_ready,
 )
 

@@ -17,6 +17,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     ordinal_of,
     peer_name,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_space import (
+    scheduled_defragmentation,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
     PlanContext,
     Step,
@@ -267,9 +270,19 @@ def replace_stale_peer(ctx: PlanContext) -> Step | None:
     )
 
 
+# The role's steady requeue period (etcdcluster_requeue_periods.steady): a scheduled
+# defragmentation due sooner is counted down to instead.
+STEADY_SECONDS = 300
+
+
 def cluster_ready(ctx: PlanContext) -> Step:
     """The cluster matches its spec: nothing to do (always decides: the last rule)."""
-    return make_step("none", "ClusterReady", f"{len(ctx.voters)} healthy voting members", "steady")
+    policy = (ctx.observed.get("maintenance") or {}).get("defragmentation") or {}
+    scheduled = scheduled_defragmentation(ctx, policy)
+    requeue = "steady"
+    if scheduled and scheduled["next"] < STEADY_SECONDS:
+        requeue = f"{scheduled['next']}s"
+    return make_step("none", "ClusterReady", f"{len(ctx.voters)} healthy voting members", requeue)
 
 
 def _removal_keeps_quorum(member: dict, voters: list[dict]) -> bool:

@@ -1,10 +1,11 @@
 # Copyright: quorumkeeper contributors
 # SPDX-License-Identifier: Apache-2.0
-"""The EtcdCluster planner's answer to etcd's NOSPACE alarm (the rule ``recover_space``).
+"""The EtcdCluster planner's care of the members' databases: its answer to etcd's NOSPACE
+alarm (the rule ``recover_space``) and the defragmentation policy (the rule ``defragment``).
 
 With NOSPACE raised, etcd serves reads and deletes but refuses every write until a person
 compacts, defragments and disarms. The operator does it (roles/etcdcluster/tasks/
-recover_space.yml, module etcd_defragment) as one step, with the quorum-safe order of
+defragment.yml, module etcd_defragment) as one step, with the quorum-safe order of
 qk_maintenance. When the alarm is back soon after a recovery, what etcd holds *now* is at the
 quota: repeating would only rewrite every database again, so the step waits and says what a
 person can do.
@@ -12,14 +13,32 @@ person can do.
 
 from __future__ import annotations
 
+import datetime
+
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_GROUP,
     alarmed_peers,
+    ordinal_of,
     seconds_between,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    ETCD_DEFAULT_QUOTA,
+    quantity_bytes,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_rollout import (
+    membership_changing,
+    restart_gate,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step import (
     PlanContext,
     Step,
     make_step,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time import (
+    ScheduleError,
+    format_time,
+    parse_schedule,
+    parse_time,
 )
 
 # A NOSPACE alarm back within this long after the operator reclaimed space means the live data
@@ -30,7 +49,7 @@ MIB = 1 << 20
 
 def recover_space(ctx: PlanContext) -> Step | None:
     """NOSPACE raised, a healthy quorum, every voter healthy (``unhealthy_members`` comes
-    first): compact, defragment member by member and disarm (``recover_space``); or wait when
+    first): compact, defragment member by member and disarm (``defragment``); or wait when
     the alarm came back within SPACE_RECOVERY_RETRY_SECONDS of the last recovery."""
     if not ctx.has_quorum:
         return None
@@ -59,10 +78,148 @@ def recover_space(ctx: PlanContext) -> Step | None:
             "degraded",
         )
     return make_step(
-        "recover_space",
+        "defragment",
         "DatabaseQuotaExceeded",
         f"etcd raised NOSPACE on {', '.join(raised)} and refuses writes: compacting to the "
         "current revision, defragmenting the members one at a time (the leader last, after "
         "moving leadership), then disarming the alarm",
         members=[{"name": name} for name in raised],
+        maintenance={"compact": True, "disarm": True, "reason": "NOSPACE"},
     )
+
+
+# spec.maintenance.defragmentation's defaults: a member is defragmented when at least
+# DEFAULT_MIN_RECLAIM would come back and either that much of its database is free pages or its
+# database is that close to its quota.
+DEFAULT_THRESHOLDS = {
+    "enabled": True,
+    "fragmentedPercent": 50,
+    "quotaUsedPercent": 80,
+    "minReclaim": 64 * MIB,
+}
+# A scheduled time missed by more than this (the operator was down) is skipped, and a schedule
+# added to a cluster does not start with the time it just missed.
+SCHEDULE_STARTING_DEADLINE_SECONDS = 3600
+# A threshold is not acted on again this soon after a defragmentation: what it freed may take
+# a moment to show in the member's status.
+THRESHOLD_PAUSE_SECONDS = 300
+DEFRAGMENT_REQUEST_ANNOTATION = f"{API_GROUP}/defragment"
+
+
+def defragment(ctx: PlanContext) -> Step | None:
+    """spec.maintenance.defragmentation, when nothing else is to be done (the rule comes after
+    every membership change, the upgrade and the rolling restart): a request (the
+    DEFRAGMENT_REQUEST_ANNOTATION set to a new value) or a scheduled time defragments every
+    member, a threshold the members over it. Only with a healthy quorum, every voting member
+    healthy and caught up and no alarm; the order (followers first, the leader last after
+    moving leadership) is etcd_defragment's."""
+    if not ctx.has_quorum or membership_changing(ctx) or ctx.etcd.get("alarms"):
+        return None
+    if any(not m.get("healthy") for m in ctx.members):
+        return None
+    why = _defragmentation_due(ctx)
+    if why is None:
+        return None
+    trigger, names, message = why
+    waiting = restart_gate(ctx, f"defragmenting ({message})", "Defragmenting")
+    if waiting:
+        return waiting
+    return make_step(
+        "defragment",
+        "Defragmenting",
+        f"defragmenting {', '.join(names)} one at a time ({message}; followers first, the "
+        "leader last after moving leadership)",
+        members=[{"name": name} for name in names],
+        maintenance={"compact": False, "disarm": False, **trigger},
+    )
+
+
+def _last_defragmentation(ctx: PlanContext) -> dict:
+    current = (ctx.observed.get("current") or {}).get("maintenance") or {}
+    return current.get("lastDefragmentation") or {}
+
+
+def _defragmentation_due(ctx: PlanContext):
+    """(trigger, member names, what for) of the defragmentation due now, or None."""
+    policy = (ctx.observed.get("maintenance") or {}).get("defragmentation") or {}
+    last = _last_defragmentation(ctx)
+    everyone = sorted(ctx.by_peer, key=ordinal_of)
+    request = ctx.observed.get("defragment_request") or ""
+    if request and request != last.get("request"):
+        return (
+            {"reason": "Requested", "request": request},
+            everyone,
+            f"requested by annotation {DEFRAGMENT_REQUEST_ANNOTATION}={request}",
+        )
+    scheduled = scheduled_defragmentation(ctx, policy)
+    if scheduled and scheduled["due"]:
+        return (
+            {"reason": "Scheduled"},
+            everyone,
+            f"scheduled at {scheduled['due']} by {policy['schedule']!r}",
+        )
+    thresholds = {**DEFAULT_THRESHOLDS, **(policy.get("thresholds") or {})}
+    since = seconds_between(last.get("at"), ctx.observed.get("now"))
+    if not thresholds["enabled"] or (since is not None and since < THRESHOLD_PAUSE_SECONDS):
+        return None
+    over = _over_thresholds(ctx, thresholds)
+    if not over:
+        return None
+    return (
+        {"reason": "Threshold"},
+        [name for name, _ in over],
+        "; ".join(f"{name}: {why}" for name, why in over),
+    )
+
+
+def _over_thresholds(ctx: PlanContext, thresholds: dict) -> list[tuple[str, str]]:
+    minimum = quantity_bytes(thresholds["minReclaim"])
+    over = []
+    for name in sorted(ctx.by_peer, key=ordinal_of):
+        member = ctx.by_peer[name]
+        size, in_use = member.get("db_size"), member.get("db_size_in_use")
+        if not size or in_use is None or size - in_use < minimum:
+            continue
+        quota = quantity_bytes((ctx.live_peers.get(name) or {}).get("quota_bytes") or 0)
+        quota = quota or ETCD_DEFAULT_QUOTA
+        fragmented, used = (size - in_use) * 100 // size, size * 100 // quota
+        free = f"{(size - in_use) // MIB} MiB free"
+        if fragmented >= thresholds["fragmentedPercent"]:
+            over.append((name, f"{fragmented}% of its database is free pages, {free}"))
+        elif used >= thresholds["quotaUsedPercent"]:
+            over.append((name, f"its database is at {used}% of its quota, {free}"))
+    return over
+
+
+def scheduled_defragmentation(ctx: PlanContext, policy: dict) -> dict | None:
+    """{due: the scheduled time due now or None, next: seconds until the next one} for
+    spec.maintenance.defragmentation.schedule, or None without one (or with one that cannot
+    be parsed: the CRD checks its shape, the operator reports nothing more)."""
+    expression = policy.get("schedule")
+    if not expression:
+        return None
+    try:
+        schedule = parse_schedule(expression)
+    except ScheduleError:
+        return None
+    now = (
+        parse_time(ctx.observed["now"])
+        if ctx.observed.get("now")
+        else datetime.datetime.now(datetime.UTC)
+    )
+    after = now - datetime.timedelta(seconds=SCHEDULE_STARTING_DEADLINE_SECONDS)
+    # Counted from when the operator first saw this schedule (the report records it), so that
+    # a schedule added or changed does not start with a time it just missed.
+    record = ((ctx.observed.get("current") or {}).get("maintenance") or {}).get("schedule") or {}
+    since = record.get("since") if record.get("expression") == expression else None
+    for bound in (since, _last_defragmentation(ctx).get("at")):
+        if bound:
+            after = max(after, parse_time(bound))
+    if since is None:
+        after = now
+    due = schedule.latest(now, after)
+    following = schedule.following(now, max(after, due) if due else after)
+    return {
+        "due": format_time(due) if due else None,
+        "next": max(1, int((following - now).total_seconds())),
+    }

@@ -42,7 +42,7 @@ STEP_ACTIONS = MappingProxyType(
         "promote": "promote a learner that has caught up to a voting member",
         "add_member": "add the lowest free ordinal as a learner and start it",
         "remove_member": "remove the highest ordinal (its leadership moved first)",
-        "recover_space": "NOSPACE: compact, defragment member by member, disarm the alarm",
+        "defragment": "defragment member by member (NOSPACE: compact first, disarm after)",
         "wait": "nothing can be done safely now; the message says what is waited for",
         "none": "the cluster matches its spec",
     }
@@ -79,7 +79,10 @@ class Step(TypedDict, total=False):
     )
     config: dict  # restart_member: the peer_config it restarts with (qk_options)
     voters_after: int  # add_member
-    members: list[dict]  # repair_members, recover_space: [{name}]
+    members: list[dict]  # repair_members, defragment: [{name}]
+    # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
+    # request (the annotation's value a Requested one answers)
+    maintenance: dict
     peers: list[str]  # hand_over_members
     peers_to_create: list[str]  # bootstrap
     peers_to_update: list[str]  # update_peers

@@ -30,6 +30,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options impor
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     PLACEHOLDER_CLUSTER_VERSION,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time import (
+    ScheduleError,
+    parse_schedule,
+)
 
 # The reasons of steps that wait for something a person may have to do: the cluster is
 # Degraded while one of them is the step.
@@ -174,6 +178,13 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     if current.get("maintenance"):
         # Written by the step that made it; kept in what the next round plans from.
         status["maintenance"] = current["maintenance"]
+    schedule = _schedule_record(observed, current)
+    if schedule is not None:
+        status["maintenance"] = {**(status.get("maintenance") or {}), "schedule": schedule or None}
+    queued = _queued_defragmentation(observed, current, step)
+    if queued or (current.get("maintenance") or {}).get("queuedRequest"):
+        # null removes a request answered since (the status is merged, not replaced).
+        status["maintenance"] = {**(status.get("maintenance") or {}), "queuedRequest": queued}
     if refused:
         # Nothing was learnt about the members: what was last seen stays, marked by the
         # conditions as unknown now, rather than every member turned unhealthy.
@@ -210,6 +221,19 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     if degraded and current_degraded.get("message") != degraded_message:
         events.append({"reason": degraded_reason, "type": "Warning", "message": degraded_message})
     events += _near_quota_events(current.get("members"), member_statuses)
+    if (
+        queued
+        and ((current.get("maintenance") or {}).get("queuedRequest") or {}).get("request")
+        != queued["request"]
+    ):
+        events.append(
+            {
+                "reason": "DefragmentationQueued",
+                "type": "Normal",
+                "message": f"defragmentation requested ({queued['request']}) waits: "
+                f"{queued['waitingFor']}",
+            }
+        )
     current_spread = next(
         (c for c in current.get("conditions") or [] if c.get("type") == "MembersSpread"), {}
     )
@@ -283,7 +307,41 @@ def _problems(observed: dict) -> list[dict]:
                     "message": f"member {name} has no pod: {why}",
                 }
             )
+    policy = (observed.get("maintenance") or {}).get("defragmentation") or {}
+    if policy.get("schedule"):
+        try:
+            parse_schedule(policy["schedule"])
+        except ScheduleError as exc:
+            found.append(
+                {
+                    "reason": "InvalidDefragmentationSchedule",
+                    "message": f"spec.maintenance.defragmentation.schedule: {exc}; no "
+                    "scheduled defragmentation is made until it is corrected",
+                }
+            )
     return found
+
+
+def _schedule_record(observed: dict, current: dict) -> dict | None:
+    """status.maintenance.schedule: the defragmentation schedule and since when the operator
+    counts it ({} to remove the record of a schedule removed; None: nothing to write)."""
+    expression = ((observed.get("maintenance") or {}).get("defragmentation") or {}).get("schedule")
+    record = (current.get("maintenance") or {}).get("schedule") or {}
+    if not expression:
+        return {} if record else None
+    if record.get("expression") == expression:
+        return record
+    return {"expression": expression, "since": observed.get("now")}
+
+
+def _queued_defragmentation(observed: dict, current: dict, step: dict) -> dict | None:
+    """The defragmentation requested through the annotation that waits for another step
+    ({request, waitingFor}), or None."""
+    request = observed.get("defragment_request") or ""
+    last = ((current.get("maintenance") or {}).get("lastDefragmentation") or {}).get("request")
+    if not request or request == last or step.get("maintenance", {}).get("request") == request:
+        return None
+    return {"request": request, "waitingFor": step["message"]}
 
 
 # A member's database this full of its quota gets a warning (NOSPACE comes at 100%).

@@ -17,7 +17,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     EtcdOperationError,
 )
-from kubehelpers import wait_until
+from kubehelpers import CLUSTERS, wait_until
 from upgradehelpers import AckedWriter
 
 pytestmark = pytest.mark.cluster
@@ -199,3 +199,79 @@ def test_members_are_spread_across_nodes_and_the_status_warns_when_they_are_not(
     assert f"run on node {node}: losing it loses quorum" in warned["message"], warned
     assert "QuorumOnOneNode" in etcd_cluster.event_reasons()
     etcd_cluster.wait_available(3)
+
+
+def make_garbage(endpoint, writes=240):
+    """Overwrite a few keys with 128 KiB values, then compact the history away: about
+    ``writes`` x 128 KiB of free pages in every member's database."""
+    with etcd_client(ConnectionProfile([endpoint], timeout=10)) as client:
+        for i in range(writes):
+            client.put(f"/garbage/{i % 4}", VALUE)
+        assert client.compact(client.revision(endpoint))
+
+
+def last_defragmentation(cluster) -> dict:
+    return (cluster.get().get("status", {}).get("maintenance") or {}).get(
+        "lastDefragmentation"
+    ) or {}
+
+
+def test_defragmentation_by_threshold_request_and_schedule_under_a_writer(etcd_cluster):
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    endpoint = etcd_cluster.client_endpoint()
+    with AckedWriter(endpoint, "/defrag/") as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+
+        # A threshold: members whose database is mostly free pages, and enough of them.
+        make_garbage(endpoint)
+        etcd_cluster.patch_spec(
+            maintenance={"defragmentation": {"thresholds": {"minReclaim": "8Mi"}}}
+        )
+        done = wait_until(
+            "a defragmentation by threshold",
+            lambda: (d := last_defragmentation(etcd_cluster)).get("reason") == "Threshold" and d,
+            120,
+        )
+        assert sorted(m["name"] for m in done["members"]) == [f"{name}-{i}" for i in range(3)]
+        assert all(m["dbSizeAfter"] < m["dbSizeBefore"] for m in done["members"]), done
+        # The record is written as the step ends, the members' sizes with the round's report.
+        wait_until(
+            "the members' sizes after the defragmentation",
+            lambda: all(
+                m.get("fragmentedPercent", 100) < 50
+                for m in etcd_cluster.get()["status"]["members"]
+            ),
+            30,
+        )
+
+        # On request: the annotation set to a new value.
+        kube(
+            "annotate",
+            CLUSTERS,
+            name,
+            "-n",
+            ns,
+            "etcd.quorumkeeper.dev/defragment=first",
+            "--overwrite",
+        )
+        done = wait_until(
+            "a requested defragmentation",
+            lambda: (d := last_defragmentation(etcd_cluster)).get("request") == "first" and d,
+            90,
+        )
+        assert done["reason"] == "Requested" and len(done["members"]) == 3
+
+        # On a schedule, counted from when the operator first saw it.
+        etcd_cluster.patch_spec(maintenance={"defragmentation": {"schedule": "@every 20s"}})
+        wait_until(
+            "a scheduled defragmentation",
+            lambda: last_defragmentation(etcd_cluster).get("reason") == "Scheduled",
+            120,
+        )
+    summary = writer.summary()
+    assert writer.lost(endpoint) == [], f"acknowledged writes lost: {summary}"
+    assert summary["failed"] == 0, f"no write failed during the defragmentations: {summary}"
+    defragmented = [e for e in kube.events(ns, name) if e["reason"] == "Defragmented"]
+    assert len(defragmented) >= 3, [e["message"] for e in defragmented]

@@ -224,7 +224,7 @@ def test_nothing_is_restarted_while_a_member_lags_behind_the_leader():
 def test_the_space_is_given_back_before_a_restart():
     observed = cluster(leader=0)
     observed["etcd"]["alarms"] = [{"member_id": f"{0:016x}", "alarm": "NOSPACE"}]
-    assert plan(observed)["action"] == "recover_space"
+    assert plan(observed)["action"] == "defragment"
 
 
 def test_a_scale_goes_before_the_restarts():

@@ -875,7 +875,7 @@ def out_of_space(replicas=3, members=None, raised=(0,), **extra):
 def test_nospace_is_recovered_before_any_membership_change():
     for replicas in (3, 5, 1):  # steady, a scale-up, a scale-down waiting
         step = plan(out_of_space(replicas, raised=(0, 2)))
-        assert (step["action"], step["reason"]) == ("recover_space", "DatabaseQuotaExceeded")
+        assert (step["action"], step["reason"]) == ("defragment", "DatabaseQuotaExceeded")
         assert step["members"] == [{"name": "c-0"}, {"name": "c-2"}]
         assert "NOSPACE on c-0, c-2" in step["message"] and step["requeue"] == "next"
 
@@ -904,7 +904,7 @@ def test_nospace_back_soon_after_a_recovery_waits_and_says_the_live_data_is_at_t
     assert "delete keys" in step["message"]
     older = {"at": "2026-01-01T00:50:00Z", "reason": "NOSPACE"}
     obs["current"] = {"maintenance": {"lastDefragmentation": older}}
-    assert plan(obs)["action"] == "recover_space", "tried again once the retry period passed"
+    assert plan(obs)["action"] == "defragment", "tried again once the retry period passed"
 
 
 def test_report_of_a_cluster_out_of_space_is_not_available_and_says_why():

@@ -172,7 +172,7 @@ def observations():
     nospace["etcd"]["alarms"] = [
         {"member_id": nospace["etcd"]["members"][0]["id"], "alarm": "NOSPACE"}
     ]
-    out["recover_space"] = nospace
+    out["defragment"] = nospace
     replace = observation(3, [peer(i) for i in range(3)], three())
     replace["pvcs"]["c-2"] = {"exists": False}
     out["replace_member"] = replace

@@ -273,7 +273,7 @@ def test_nospace_is_recovered_before_the_upgrade_goes_on():
     observed = observation(NEW, peers, members)
     observed["etcd"]["alarms"] = [{"member_id": members[0]["id"], "alarm": "NOSPACE"}]
     step = plan(observed)
-    assert (step["action"], step["reason"]) == ("recover_space", "DatabaseQuotaExceeded")
+    assert (step["action"], step["reason"]) == ("defragment", "DatabaseQuotaExceeded")
 
 
 def test_a_scale_up_requested_with_the_version_finishes_first_on_the_running_version():
