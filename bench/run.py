@@ -679,7 +679,9 @@ def profile_rounds(pid: int, driver) -> list[dict]:
         profile_once(
             pid,
             "steady (spec changed, nothing to do)",
-            lambda: driver.patch_spec(podTemplate={"metadata": {"annotations": {"x": "1"}}}),
+            # A field no member runs with: a change of the pod template or the options would
+            # restart the members (the last operation below measures that).
+            lambda: driver.patch_spec(upgrade={"memberTimeoutSeconds": 301}),
             lambda: None,
         ),
         profile_once(
@@ -700,7 +702,25 @@ def profile_rounds(pid: int, driver) -> list[dict]:
             lambda: driver.kube("delete", "rs", "bench-2", "-n", driver.namespace),
             lambda: time.sleep(3) or driver.wait_available(3),
         ),
+        profile_once(
+            pid,
+            "options changed (rolling restart of 3)",
+            lambda: driver.patch_spec(options={"snapshotCount": 20000}),
+            lambda: wait_config_rolled(driver, 3),
+        ),
     ]
+
+
+def wait_config_rolled(driver, members: int, timeout: float = 240) -> None:
+    """Until every member runs the cluster's configuration again and the cluster is Available."""
+
+    def rolled():
+        status = driver.get().get("status", {})
+        up = [m for m in status.get("members", []) if m.get("configUpToDate") and m["healthy"]]
+        return len(up) == members
+
+    wait_until("every member on the new configuration", rolled, timeout)
+    driver.wait_available(members)
 
 
 def profile_medians(rounds: list[list[dict]]) -> list[dict]:
