@@ -241,10 +241,8 @@ class Upgrade:
             # would ever stop them.
             for name in plan["stale"]:
                 self.client.delete("v1", "Pod", name, p["namespace"])
-        self.wait(
-            "the old pod and its ReplicaSet to be gone",
-            lambda: not self.pods() and self.replicaset() is None,
-        )
+        old_uid = (replicaset or {}).get("metadata", {}).get("uid")
+        self.wait("the old pod and its ReplicaSet to be gone", lambda: self.old_gone(old_uid, plan))
         try:
             self.client.create(wanted)
         except KubeError as exc:
@@ -262,6 +260,22 @@ class Upgrade:
                 ),
                 "",
             ),
+        )
+
+    def old_gone(self, old_uid, plan):
+        """Whether the old ReplicaSet and its pods are gone. The etcdpeer role, woken by the
+        EtcdPeer's patch, may already have created the ReplicaSet again from the patched spec
+        (it can only once the old one, and so its pods, are gone): that one and its new pod
+        count as the replacement, not as what is waited for."""
+        current = self.replicaset()
+        if current is not None and (
+            current["metadata"].get("uid") == old_uid
+            or current["metadata"].get("deletionTimestamp")
+        ):
+            return False
+        return not any(
+            x["metadata"]["name"] in plan["stale"] or x["metadata"].get("deletionTimestamp")
+            for x in self.pods()
         )
 
     def wait(self, what, predicate):

@@ -165,10 +165,19 @@ def test_a_configuration_a_member_cannot_run_stops_at_it_and_is_undone(etcd_clus
     assert healthy == set(ids) - {stuck}, "the others keep serving, untouched"
     etcd_cluster.put("still", "serving")
 
-    etcd_cluster.patch_spec(podTemplate=None)
-    status = etcd_cluster.wait_available(3, timeout=180)
+    # Put back: the pod template without the node selector (a merge patch added it to the
+    # test manifest's template), which the other members still run.
+    etcd_cluster.patch_spec(podTemplate={"nodeSelector": None})
+    wait_until(
+        "every member on the cluster's configuration",
+        lambda: (
+            len(members := etcd_cluster.get()["status"].get("members", [])) == 3
+            and all(m.get("configUpToDate") and m["healthy"] for m in members)
+        ),
+        180,
+    )
+    etcd_cluster.wait_available(3)
     assert etcd_cluster.member_ids() == ids
-    assert all(m["configUpToDate"] for m in status["members"])
     assert etcd_cluster.value("still") == "serving"
 
 
