@@ -139,6 +139,18 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def quota_used_percent(size: int, quota) -> int:
+    """How full of its backend quota (bytes or a quantity; etcd's own without one) a database of
+    ``size`` bytes is, in whole percent, at most 100."""
+    return min(100, size * 100 // quantity_bytes(quota or ETCD_DEFAULT_QUOTA))
+
+
+def fragmented_percent(size: int, in_use: int) -> int:
+    """The part of a database of ``size`` bytes that is free pages (``in_use`` is not), in whole
+    percent."""
+    return max(0, size - in_use) * 100 // size if size else 0
+
+
 def human_bytes(size: int) -> str:
     """``size`` bytes as kubectl users read them (``512Mi``, ``1.5Gi``, ``20Ki``)."""
     for suffix, scale in (("Gi", GIB), ("Mi", MIB), ("Ki", 1 << 10)):

@@ -22,8 +22,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     seconds_between,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
-    ETCD_DEFAULT_QUOTA,
+    fragmented_percent,
     quantity_bytes,
+    quota_used_percent,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_rollout import (
     membership_changing,
@@ -89,7 +90,7 @@ def recover_space(ctx: PlanContext) -> Step | None:
 
 
 # spec.maintenance.defragmentation's defaults: a member is defragmented when at least
-# DEFAULT_MIN_RECLAIM would come back and either that much of its database is free pages or its
+# minReclaim would come back and either that much of its database is free pages or its
 # database is that close to its quota.
 DEFAULT_THRESHOLDS = {
     "enabled": True,
@@ -114,8 +115,6 @@ def defragment(ctx: PlanContext) -> Step | None:
     healthy and caught up and no alarm; the order (followers first, the leader last after
     moving leadership) is etcd_defragment's."""
     if not ctx.has_quorum or membership_changing(ctx) or ctx.etcd.get("alarms"):
-        return None
-    if any(not m.get("healthy") for m in ctx.members):
         return None
     why = _defragmentation_due(ctx)
     if why is None:
@@ -180,9 +179,8 @@ def _over_thresholds(ctx: PlanContext, thresholds: dict) -> list[tuple[str, str]
         size, in_use = member.get("db_size"), member.get("db_size_in_use")
         if not size or in_use is None or size - in_use < minimum:
             continue
-        quota = quantity_bytes((ctx.live_peers.get(name) or {}).get("quota_bytes") or 0)
-        quota = quota or ETCD_DEFAULT_QUOTA
-        fragmented, used = (size - in_use) * 100 // size, size * 100 // quota
+        quota = (ctx.live_peers.get(name) or {}).get("quota_bytes")
+        fragmented, used = fragmented_percent(size, in_use), quota_used_percent(size, quota)
         free = f"{(size - in_use) // MIB} MiB free"
         if fragmented >= thresholds["fragmentedPercent"]:
             over.append((name, f"{fragmented}% of its database is free pages, {free}"))

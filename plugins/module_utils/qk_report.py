@@ -22,10 +22,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     version_or_none,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
-    ETCD_DEFAULT_QUOTA,
     config_hash,
+    fragmented_percent,
     human_bytes,
-    quantity_bytes,
+    quota_used_percent,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     PLACEHOLDER_CLUSTER_VERSION,
@@ -462,11 +462,11 @@ def _member_status(
     if member.get("db_size_in_use") is not None:
         status["dbSizeInUse"] = int(member["db_size_in_use"])
     if "dbSize" in status:
-        quota = quantity_bytes((quotas or {}).get(name) or ETCD_DEFAULT_QUOTA)
-        status["quotaUsedPercent"] = min(100, status["dbSize"] * 100 // quota)
+        status["quotaUsedPercent"] = quota_used_percent(status["dbSize"], (quotas or {}).get(name))
         if "dbSizeInUse" in status and status["dbSize"]:
-            free = max(0, status["dbSize"] - status["dbSizeInUse"])
-            status["fragmentedPercent"] = free * 100 // status["dbSize"]
+            status["fragmentedPercent"] = fragmented_percent(
+                status["dbSize"], status["dbSizeInUse"]
+            )
     raised = sorted(a.get("alarm") for a in alarms or [] if a.get("member_id") == member.get("id"))
     if raised:
         status["alarms"] = raised
