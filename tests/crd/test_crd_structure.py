@@ -220,6 +220,8 @@ def test_etcdcluster_printer_columns():
         ("REPLICAS", ".spec.replicas"),
         ("VERSION", ".spec.version"),
         ("AVAILABLE", '.status.conditions[?(@.type=="Available")].status'),
+        ("DB", ".status.databaseSize"),
+        ("QUOTA", ".status.quotaUsedPercent"),
         ("AGE", ".metadata.creationTimestamp"),
     ]
 
@@ -267,8 +269,16 @@ def test_etcdcluster_spec_fields():
     storage = vct["resources"]["properties"]["requests"]["properties"]["storage"]
     assert storage["x-kubernetes-int-or-string"] is True
     pod = props["podTemplate"]["properties"]
-    assert set(pod) == {"metadata", "resources", "affinity", "tolerations", "nodeSelector"}
+    assert set(pod) == {
+        "metadata",
+        "resources",
+        "affinity",
+        "topologySpreadConstraints",
+        "tolerations",
+        "nodeSelector",
+    }
     assert pod["affinity"]["x-kubernetes-preserve-unknown-fields"] is True
+    assert pod["topologySpreadConstraints"]["items"]["x-kubernetes-preserve-unknown-fields"] is True
     assert pod["tolerations"]["items"]["x-kubernetes-preserve-unknown-fields"] is True
     for part in ("limits", "requests"):
         assert pod["resources"]["properties"][part]["additionalProperties"][
@@ -292,6 +302,8 @@ def test_etcdcluster_status_fields():
         "tls",
         "auth",
         "maintenance",
+        "databaseSize",
+        "quotaUsedPercent",
     }
     assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}
     member = status["members"]["items"]["properties"]
@@ -308,6 +320,9 @@ def test_etcdcluster_status_fields():
         "dbSize",
         "dbSizeInUse",
         "alarms",
+        "quotaUsedPercent",
+        "fragmentedPercent",
+        "configUpToDate",
     }
     assert status["conditions"]["x-kubernetes-list-type"] == "map"
     assert status["conditions"]["x-kubernetes-list-map-keys"] == ["type"]

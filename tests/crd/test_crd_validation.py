@@ -477,6 +477,8 @@ def test_printer_columns(kube_api, namespace):
                 "status": {
                     "replicas": 3,
                     "readyReplicas": 2,
+                    "databaseSize": "412Mi",
+                    "quotaUsedPercent": 41,
                     "conditions": [
                         {
                             "type": "Available",
@@ -501,8 +503,17 @@ def test_printer_columns(kube_api, namespace):
     lines = kube_api.kubectl(
         "get", "-n", namespace, "etcdclusters.etcd.quorumkeeper.dev"
     ).stdout.splitlines()
-    assert lines[0].split() == ["NAME", "READY", "REPLICAS", "VERSION", "AVAILABLE", "AGE"]
-    assert lines[1].split()[:5] == ["my-cluster", "2", "3", "3.6.16", "True"]
+    assert lines[0].split() == [
+        "NAME",
+        "READY",
+        "REPLICAS",
+        "VERSION",
+        "AVAILABLE",
+        "DB",
+        "QUOTA",
+        "AGE",
+    ]
+    assert lines[1].split()[:7] == ["my-cluster", "2", "3", "3.6.16", "True", "412Mi", "41"]
 
     accepted(create(kube_api, namespace, sample("etcdpeer")))
     accepted(
