@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""Run the whole test suite as two concurrent pytest processes ("lanes") and fail if either does.
+"""Run the whole test suite as concurrent pytest processes ("lanes") and fail if any does.
 
 The ``cluster`` lane runs every test that uses the local Kubernetes cluster (the e2e suite, the
-molecule scenarios, ...) one at a time, as they share the cluster and its single operator. The
-``local`` lane runs, at the same time, every other test: modules against real etcd, their own
-API servers and object stores on free ports, unit tests. Which lane a test belongs to is decided
-by tests/conftest.py (a test using the ``local_cluster`` fixture, or marked ``cluster``), so a
-new test lands in the right one without being listed here.
+molecule scenarios, ...): first the tests that can share it (each in its own namespace against
+the one operator), then the tests marked ``exclusive``, alone, because they stop the operator or
+a node for everyone, or measure how fast the status follows a fault. The shared part runs in
+QK_CLUSTER_WORKERS pytest-xdist workers side by side (default 1: on 2 cores the operator's
+reconciles are CPU-bound and 2 workers made that part slower, 45.5 min against about 40, with
+the status-latency tests failing). The
+``local`` lane runs, at the same time, every other test: modules against real etcd, their own API
+servers and object stores on free ports, unit tests. Which lane a test belongs to is decided by
+tests/conftest.py (a test using the ``local_cluster`` fixture, or marked ``cluster`` or
+``exclusive``), so a new test lands in the right one without being listed here.
 
 The cluster lane prints as it goes; the local lane's output is kept in a file and printed when
-it ends, so the two do not interleave. Usage: test_lanes.py [pytest options for both lanes]
+it ends, so the two do not interleave. Usage: test_lanes.py [pytest options for every lane]
 (options only: a path would leave one of the lanes with nothing to run, which fails).
+Environment: QK_CLUSTER_WORKERS (default 1) workers for the shared part of the cluster lane;
+QK_KEEP_CLUSTER=1 keeps a local cluster this run started.
 """
 
 from __future__ import annotations
@@ -25,65 +32,118 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LANES = ("cluster", "local")
+LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
 # Slowest tests of each lane, printed at its end: what to look at when the suite grows.
 DURATIONS = "--durations=15"
+# The e2e session's decoy CRD (tests/e2e/conftest.py), which the workers leave for the last.
+DECOY_CRD = "etcdclusters.etcd-operator.cozystack.io"
 
 
 def pytest_command(lane: str, extra: list[str], basetemp: Path) -> list[str]:
-    # One .pytest_cache writer is enough.
-    cache = [] if lane == "cluster" else ["-p", "no:cacheprovider"]
-    return [sys.executable, "-m", "pytest", *cache, DURATIONS, f"--basetemp={basetemp}", *extra]
+    # One .pytest_cache writer at a time is enough: the cluster lane's parts run one after the
+    # other, the local lane beside them writes none.
+    cache = ["-p", "no:cacheprovider"] if lane == "local" else []
+    workers = []
+    count = int(os.environ.get("QK_CLUSTER_WORKERS", "1"))
+    if lane == "cluster-shared" and count > 1:
+        workers = ["-n", str(count), "--dist", "load"]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *cache,
+        *workers,
+        DURATIONS,
+        f"--basetemp={basetemp}",
+        *extra,
+    ]
 
 
-def main(extra: list[str]) -> int:
-    scratch = Path(tempfile.mkdtemp(prefix="qk-test-lanes-"))
-    started = time.monotonic()
-    processes: dict[str, subprocess.Popen] = {}
-    ended: dict[str, float] = {}
-    logs = {}
-    for lane in LANES:
-        env = dict(os.environ, QK_TEST_LANE=lane)
-        command = pytest_command(lane, extra, scratch / f"{lane}-tmp")
-        if lane == "cluster":
-            processes[lane] = subprocess.Popen(command, cwd=ROOT, env=env)
-        else:
-            logs[lane] = open(scratch / f"{lane}.log", "w+")  # noqa: SIM115 - read at the end
-            processes[lane] = subprocess.Popen(
-                command, cwd=ROOT, env=env, stdout=logs[lane], stderr=subprocess.STDOUT
-            )
+class Lanes:
+    def __init__(self, extra: list[str]):
+        self.extra = extra
+        self.scratch = Path(tempfile.mkdtemp(prefix="qk-test-lanes-"))
+        self.started = time.monotonic()
+        self.results: dict[str, tuple[int, float]] = {}  # part: (exit code, seconds it took)
+        self.running: list[subprocess.Popen] = []
 
-    def wait(lane: str) -> None:
-        processes[lane].wait()
-        ended[lane] = time.monotonic() - started
+    def run(self, lane: str, log=None) -> int:
+        began = time.monotonic()
+        env = dict(os.environ, QK_TEST_LANE=lane, QK_KEEP_CLUSTER="1")
+        command = pytest_command(lane, self.extra, self.scratch / f"{lane}-tmp")
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT if log else None,
+        )
+        self.running.append(process)
+        code = process.wait()
+        self.results[lane] = (code, time.monotonic() - began)
+        return code
 
-    waiters = [threading.Thread(target=wait, args=(lane,)) for lane in LANES]
-    for waiter in waiters:
-        waiter.start()
-    try:
-        for waiter in waiters:
-            waiter.join()
-    except KeyboardInterrupt:
-        for process in processes.values():
-            process.terminate()
-        raise
-    for lane, log in logs.items():
-        log.seek(0)
-        print(f"\n===== {lane} lane =====", flush=True)
-        sys.stdout.write(log.read())
-        log.close()
-    print()
-    codes = {lane: processes[lane].returncode for lane in LANES}
-    for lane in LANES:
-        verdict = "passed" if codes[lane] == 0 else f"FAILED (pytest exit {codes[lane]})"
-        print(f"lane {lane}: {verdict} in {ended[lane]:.0f} s", flush=True)
-    # pytest's exit 5 (nothing collected) is a failure here too: a lane emptied by a bad
-    # selection would otherwise pass silently.
-    passed = all(code == 0 for code in codes.values())
-    if passed:  # failed tests keep their directories (tmp_path_retention_policy) for a look
-        shutil.rmtree(scratch, ignore_errors=True)
-    return 0 if passed else 1
+    def local(self) -> None:
+        with open(self.scratch / "local.log", "w+") as log:
+            self.run("local", log)
+            log.seek(0)
+            self.local_output = log.read()
+
+    def cluster(self) -> None:
+        began = time.monotonic()
+        started_here = subprocess.run([*LOCALCLUSTER, "status"], capture_output=True).returncode
+        up = subprocess.run([*LOCALCLUSTER, "up"], capture_output=True, text=True, timeout=900)
+        self.results["cluster-up"] = (up.returncode, time.monotonic() - began)
+        if up.returncode != 0:
+            print(f"local cluster did not come up:\n{up.stdout}\n{up.stderr}", flush=True)
+            return
+        try:
+            self.run("cluster-shared")
+            self.run("cluster-exclusive")
+        finally:
+            if started_here and os.environ.get("QK_KEEP_CLUSTER") != "1":
+                subprocess.run([*LOCALCLUSTER, "down"], capture_output=True, timeout=300)
+            else:
+                self.remove_decoy_crd()
+
+    @staticmethod
+    def remove_decoy_crd() -> None:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from kubehelpers import STATE, Kube
+
+        Kube(STATE / "kubeconfig").run(
+            "delete", "crd", DECOY_CRD, "--ignore-not-found", "--wait=false", check=False
+        )
+
+    def main(self) -> int:
+        threads = [threading.Thread(target=self.cluster), threading.Thread(target=self.local)]
+        for thread in threads:
+            thread.start()
+        try:
+            for thread in threads:
+                thread.join()
+        except KeyboardInterrupt:
+            for process in self.running:
+                process.terminate()
+            raise
+        print("\n===== local lane =====", flush=True)
+        sys.stdout.write(getattr(self, "local_output", ""))
+        print()
+        for part in ("cluster-up", "cluster-shared", "cluster-exclusive", "local"):
+            if part not in self.results:
+                print(f"{part}: NOT RUN", flush=True)
+                continue
+            code, seconds = self.results[part]
+            verdict = "passed" if code == 0 else f"FAILED (exit {code})"
+            print(f"{part}: {verdict} in {seconds:.0f} s", flush=True)
+        print(f"all lanes: {time.monotonic() - self.started:.0f} s", flush=True)
+        # pytest's exit 5 (nothing collected) is a failure here too: a lane emptied by a bad
+        # selection would otherwise pass silently.
+        passed = len(self.results) == 4 and all(c == 0 for c, _ in self.results.values())
+        if passed:  # failed tests keep their directories (tmp_path_retention_policy) for a look
+            shutil.rmtree(self.scratch, ignore_errors=True)
+        return 0 if passed else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(Lanes(sys.argv[1:]).main())

@@ -31,7 +31,10 @@ def local_cluster():
     if result.returncode != 0:
         pytest.fail(f"local cluster did not come up:\n{result.stdout}\n{result.stderr}")
     yield Kube(STATE / "kubeconfig")
-    if started_here and os.environ.get("QK_KEEP_CLUSTER") != "1":
+    # A pytest-xdist worker shares the cluster with the others: the last one to end cannot know
+    # it is the last (hack/test_lanes.py stops a cluster it started).
+    shared = "PYTEST_XDIST_WORKER" in os.environ
+    if started_here and not shared and os.environ.get("QK_KEEP_CLUSTER") != "1":
         subprocess.run([*LOCALCLUSTER, "down"], capture_output=True, text=True, timeout=300)
 
 
@@ -50,16 +53,26 @@ def namespace(local_cluster):
     local_cluster.run("delete", "namespace", name, "--wait=false", check=False)
 
 
-# `make test` runs the suite as two concurrent pytest processes (hack/test_lanes.py): the tests
-# that use the local cluster, one at a time as before, and beside them every test that does not
-# (real etcd, its own API servers and object stores, on free ports), which mostly waits on
-# processes starting and so fits in the first lane's idle time.
+# `make test` runs the suite as concurrent pytest processes (hack/test_lanes.py). The tests that
+# use the local cluster run side by side in pytest-xdist workers (each in its own namespace), then
+# the ``exclusive`` ones alone: they stop the operator, a node or the cluster's etcd members for
+# everyone. Beside them runs every test that does not use the cluster (real etcd, its own API
+# servers and object stores, on free ports), which mostly waits on processes starting.
 LANE_ENV = "QK_TEST_LANE"
+LANES = {
+    # lane: which tests it keeps, given (uses the local cluster, marked exclusive)
+    "local": lambda cluster, exclusive: not cluster,
+    "cluster": lambda cluster, exclusive: cluster,
+    "cluster-shared": lambda cluster, exclusive: cluster and not exclusive,
+    "cluster-exclusive": lambda cluster, exclusive: cluster and exclusive,
+}
 
 
 def uses_local_cluster(item) -> bool:
-    return "local_cluster" in getattr(item, "fixturenames", ()) or bool(
-        item.get_closest_marker("cluster")
+    return (
+        "local_cluster" in getattr(item, "fixturenames", ())
+        or bool(item.get_closest_marker("cluster"))
+        or bool(item.get_closest_marker("exclusive"))
     )
 
 
@@ -67,11 +80,12 @@ def pytest_collection_modifyitems(config, items):
     lane = os.environ.get(LANE_ENV)
     if not lane:
         return
-    if lane not in ("cluster", "local"):
-        raise pytest.UsageError(f"{LANE_ENV} must be 'cluster' or 'local', not {lane!r}")
+    if lane not in LANES:
+        raise pytest.UsageError(f"{LANE_ENV} must be one of {', '.join(LANES)}, not {lane!r}")
     keep, drop = [], []
     for item in items:
-        (keep if uses_local_cluster(item) == (lane == "cluster") else drop).append(item)
+        exclusive = bool(item.get_closest_marker("exclusive"))
+        (keep if LANES[lane](uses_local_cluster(item), exclusive) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

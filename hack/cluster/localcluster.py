@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -26,6 +27,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -778,6 +780,11 @@ class LocalCluster:
                 symlinks=True,  # collections/.../plugins links to plugins/, as COPY keeps it
                 ignore=shutil.ignore_patterns("__pycache__"),
             )
+        # Unchanged files stay untouched: the running operator reads them (test sessions running
+        # side by side each deploy the operator they need).
+        if image_root.exists() and tree_digest(staging) == tree_digest(image_root):
+            shutil.rmtree(staging)
+            return image_root
         # Swap in place so the path the image map binds stays the same.
         if image_root.exists():
             for child in image_root.iterdir():
@@ -821,6 +828,9 @@ class LocalCluster:
         )
 
 
+LOCK = Path(tempfile.gettempdir()) / "quorumkeeper-localcluster.lock"
+
+
 def _recorded_argv(pid_file: Path) -> list[str]:
     try:
         return json.loads((pid_file.parent / "cmdline").read_text())
@@ -858,6 +868,11 @@ def main() -> int:
     if os.geteuid() != 0:
         raise SystemExit("the local cluster needs root (network namespaces, bridge, mounts)")
     cluster = LocalCluster(nodes=getattr(args, "nodes", DEFAULT_NODES))
+    if args.command != "status":
+        # One change at a time: test sessions running side by side all bring the cluster up and
+        # deploy the operator before their first test.
+        lock = open(LOCK, "a")  # noqa: SIM115 - held until the process exits
+        fcntl.flock(lock, fcntl.LOCK_EX)
     if args.command == "up":
         cluster.up()
     elif args.command == "down":

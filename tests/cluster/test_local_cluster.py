@@ -321,6 +321,8 @@ def test_fault_injection_cuts_and_heals_traffic(local_cluster, namespace):
     )
 
 
+# Stops a node every other test may have pods on.
+@pytest.mark.exclusive
 def test_stopped_node_agent_makes_the_node_not_ready_and_restart_heals_it(local_cluster):
     node = "node-3"
 

@@ -9,6 +9,7 @@ import datetime
 import json
 import time
 
+import pytest
 from backuphelpers import KEYS, credentials_secret, object_url
 from kubehelpers import BACKUPS, wait_until
 
@@ -70,6 +71,8 @@ def stays(description, predicate, seconds, interval=1.0):
         time.sleep(interval)
 
 
+# Restarts the operator every other test relies on.
+@pytest.mark.exclusive
 def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster, s3, s3_port):
     kube, ns = etcd_cluster.kube, etcd_cluster.namespace
     etcd_cluster.create(1)

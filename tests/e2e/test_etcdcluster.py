@@ -124,6 +124,8 @@ def test_delete_keeps_pvcs_and_recreating_brings_the_data_back(etcd_cluster):
     assert etcd_cluster.value("phoenix") == "risen"
 
 
+# Kills the operator every other test relies on.
+@pytest.mark.exclusive
 def test_operator_killed_during_scale_up_converges(etcd_cluster):
     etcd_cluster.create(3)
     etcd_cluster.wait_available(3)

@@ -26,7 +26,8 @@ from olmhelpers import (
     wait_csv_succeeded,
 )
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
+# Stops the regular operator while OLM's runs: alone.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive, pytest.mark.timeout(900)]
 OPERATOR_NAMESPACE = "qk-olm-e2e"
 SOURCE = "quorumkeeper-e2e"  # its own CatalogSource: `make catalog`'s is left alone
 CATALOG_DIR = STATE / "catalogs" / SOURCE

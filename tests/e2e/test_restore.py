@@ -230,6 +230,8 @@ def test_refusals_touch_nothing(etcd_cluster, s3, s3_port):
     assert kube.get(RESTORES, "corrupt", ns)["status"]["phase"] == "Failed"
 
 
+# Kills the operator every other test relies on.
+@pytest.mark.exclusive
 def test_operator_killed_mid_restore_converges(etcd_cluster, cluster_named, s3, s3_port):
     kube, ns = etcd_cluster.kube, etcd_cluster.namespace
     kube.apply(credentials_secret(), namespace=ns)

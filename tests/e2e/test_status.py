@@ -53,6 +53,8 @@ def test_pods_that_cannot_pull_their_image_are_degraded_and_a_corrected_version_
     assert "UpdatingMembers" in etcd_cluster.event_reasons()
 
 
+# Measures how soon the status follows a fault: the machine to itself.
+@pytest.mark.exclusive
 def test_a_killed_member_shows_in_the_status_within_seconds(etcd_cluster):
     etcd_cluster.create(3)
     etcd_cluster.wait_available(3)
@@ -70,6 +72,8 @@ def test_a_killed_member_shows_in_the_status_within_seconds(etcd_cluster):
     etcd_cluster.wait_available(3, timeout=60)
 
 
+# Measures how soon the status follows a fault: the machine to itself.
+@pytest.mark.exclusive
 def test_a_deleted_pod_shows_in_the_status_within_seconds(etcd_cluster):
     etcd_cluster.create(3)
     etcd_cluster.wait_available(3)
@@ -85,6 +89,8 @@ def test_a_deleted_pod_shows_in_the_status_within_seconds(etcd_cluster):
     etcd_cluster.wait_available(3, timeout=60)
 
 
+# Measures how soon the status follows a fault: the machine to itself.
+@pytest.mark.exclusive
 def test_a_lost_volume_shows_in_the_status_within_seconds(etcd_cluster):
     etcd_cluster.create(3)
     etcd_cluster.wait_available(3)

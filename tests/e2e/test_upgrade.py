@@ -191,6 +191,8 @@ def test_a_version_change_during_a_scale_finishes_the_scale_first(etcd_cluster):
     assert last_promoted <= first_upgrade
 
 
+# Kills the operator every other test relies on.
+@pytest.mark.exclusive
 def test_an_operator_killed_mid_upgrade_carries_on(etcd_cluster):
     create(etcd_cluster, "3.6.15")
     etcd_cluster.patch_spec(version="3.6.16")

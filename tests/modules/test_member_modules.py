@@ -13,7 +13,8 @@ import json
 import pytest
 from kubehelpers import ROOT, wait_until
 
-pytestmark = pytest.mark.cluster
+# The operator is stopped while these run (no_operator): alone.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 API = "etcd.quorumkeeper.dev/v1alpha1"
 MISSING_IMAGE_VERSION = "3.6.99"

@@ -25,7 +25,8 @@ from test_member_modules import (  # noqa: F401 - fixtures
     run_peer,
 )
 
-pytestmark = pytest.mark.cluster
+# The operator is stopped while these run (no_operator): alone.
+pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
 
 def run_upgrade(run_module, kube, check=False, **args):
