@@ -42,9 +42,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time
     parse_time,
 )
 
-# A NOSPACE alarm back within this long after the operator reclaimed space means the live data
-# is at the quota; the operator tries again after it.
+# A NOSPACE alarm back within this long after the operator reclaimed space, when that left the
+# live data at the quota, is not recovered from again before it has passed.
 SPACE_RECOVERY_RETRY_SECONDS = 300
+# A recovery that leaves a member's database this full of its quota cannot help a second time.
+SPACE_RECOVERY_FULL_PERCENT = 80
 MIB = 1 << 20
 
 
@@ -66,6 +68,7 @@ def recover_space(ctx: PlanContext) -> Step | None:
         last.get("reason") == "NOSPACE"
         and since is not None
         and since < SPACE_RECOVERY_RETRY_SECONDS
+        and _live_data_filled_the_quota(ctx, last)
     ):
         return make_step(
             "wait",
@@ -86,6 +89,23 @@ def recover_space(ctx: PlanContext) -> Step | None:
         "moving leadership), then disarming the alarm",
         members=[{"name": name} for name in raised],
         maintenance={"compact": True, "disarm": True, "reason": "NOSPACE"},
+    )
+
+
+def _live_data_filled_the_quota(ctx: PlanContext, last: dict) -> bool:
+    """Whether the last recovery left a member's database (its live data, compacted and
+    defragmented) at SPACE_RECOVERY_FULL_PERCENT of its quota or more: then recovering again
+    gives nothing back. A recovery recorded without sizes counts as full. A writer that filled
+    the quota with history again (overwrites) is recovered from again at once."""
+    members = last.get("members") or []
+    if not members:
+        return True
+    return any(
+        quota_used_percent(
+            m.get("dbSizeAfter") or 0, (ctx.live_peers.get(m.get("name")) or {}).get("quota_bytes")
+        )
+        >= SPACE_RECOVERY_FULL_PERCENT
+        for m in members
     )
 
 

@@ -19,6 +19,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     data_lost,
     member_peer_name,
     ordinal_of,
+    seconds_between,
     version_or_none,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
@@ -66,6 +67,10 @@ ALARM_PROBLEMS = {
     ),
 }
 MISSING_POD_GRACE_SECONDS = 30
+# A cluster this close to its quota, or out of space this recently, is looked at every
+# `degraded` period (30 s) instead of every `steady` one (5 min): see _space_pressure.
+SPACE_WATCH_PERCENT = 50
+SPACE_WATCH_SECONDS = 600
 # A cluster version etcd has decided (it says ``not_decided`` before).
 DECIDED_CLUSTER_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -260,6 +265,8 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         # Not there yet: a member's pod becoming ready wakes the cluster up; the cluster
         # version is decided by etcd a moment after the members are up, without an event.
         requeue = "event"
+    elif requeue == "steady" and _space_pressure(status, current, observed.get("now")):
+        requeue = "degraded"
     return {
         "status": status,
         "conditions": conditions,
@@ -267,6 +274,20 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         "events": events,
         "requeue": requeue,
     }
+
+
+def _space_pressure(status: dict, current: dict, now: str | None) -> bool:
+    """Whether etcd may run out of space before the steady period (5 min) brings the next
+    look: etcd raises NOSPACE without anything Kubernetes sees. True for a database past
+    SPACE_WATCH_PERCENT of its quota, or a cluster that ran out of space in the last
+    SPACE_WATCH_SECONDS (its writer is likely still writing)."""
+    if (status.get("quotaUsedPercent") or 0) >= SPACE_WATCH_PERCENT:
+        return True
+    last = (current.get("maintenance") or {}).get("lastDefragmentation") or {}
+    if last.get("reason") != "NOSPACE":
+        return False
+    since = seconds_between(last.get("at"), now)
+    return since is not None and since < SPACE_WATCH_SECONDS
 
 
 def _alarm_problems(alarms: list, members: list[dict], cluster: str) -> list[dict]:

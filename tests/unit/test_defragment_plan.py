@@ -225,3 +225,36 @@ def test_a_request_that_waits_for_another_step_is_said_to_be_queued():
     }
     observed = observation(request="r1", current=answered)
     assert report(observed, plan(observed))["status"]["maintenance"]["queuedRequest"] is None
+
+
+def test_a_cluster_near_its_quota_is_looked_at_every_30_seconds():
+    """etcd raises NOSPACE without anything Kubernetes sees: a database past half its quota is
+    not left for the steady 5 minutes."""
+    calm = observation()
+    assert report(calm, plan(calm))["requeue"] == "steady"
+    near = observation(members=[member(i, 300 * MIB, 290 * MIB, leader=i == 0) for i in range(3)])
+    step = plan(near)
+    assert step["action"] == "none"
+    result = report(near, step)
+    assert result["status"]["quotaUsedPercent"] == 58
+    assert result["requeue"] == "degraded"
+    assert result["conditions"][2]["status"] == "False", "no problem: only looked at sooner"
+
+
+def test_a_cluster_out_of_space_lately_is_looked_at_every_30_seconds():
+    def recovered(at):
+        last = {"at": at, "reason": "NOSPACE", "compactedRevision": 10, "members": []}
+        return observation(current={"maintenance": {"lastDefragmentation": last}})
+
+    lately = recovered("2026-01-01T02:55:30Z")  # 5 minutes before NOW
+    assert report(lately, plan(lately))["requeue"] == "degraded"
+    long_ago = recovered("2026-01-01T02:45:00Z")
+    assert report(long_ago, plan(long_ago))["requeue"] == "steady"
+    scheduled = observation(
+        current={
+            "maintenance": {
+                "lastDefragmentation": {"at": "2026-01-01T02:59:00Z", "reason": "schedule"}
+            }
+        }
+    )
+    assert report(scheduled, plan(scheduled))["requeue"] == "steady"

@@ -907,6 +907,22 @@ def test_nospace_back_soon_after_a_recovery_waits_and_says_the_live_data_is_at_t
     assert plan(obs)["action"] == "defragment", "tried again once the retry period passed"
 
 
+def test_nospace_back_soon_after_a_recovery_that_freed_the_quota_is_recovered_again():
+    """A writer that overwrites its keys fills the quota with history again: the last recovery
+    left small databases, so compacting and defragmenting again gives the space back."""
+    members = [
+        {"name": f"c-{i}", "dbSizeBefore": 256 << 20, "dbSizeAfter": 3 << 20} for i in range(3)
+    ]
+    recent = {"at": "2026-01-01T00:59:00Z", "reason": "NOSPACE", "members": members}
+    obs = out_of_space(current={"maintenance": {"lastDefragmentation": recent}})
+    for peer in obs["peers"]:
+        peer["quota_bytes"] = 256 << 20
+    assert plan(obs)["action"] == "defragment"
+    members[1]["dbSizeAfter"] = 240 << 20  # 93% of the quota: the live data fills it
+    step = plan(obs)
+    assert (step["action"], step["reason"]) == ("wait", "DatabaseQuotaExceeded")
+
+
 def test_report_of_a_cluster_out_of_space_is_not_available_and_says_why():
     members = healthy(3)
     members[0].update(db_size=16 << 20, db_size_in_use=15 << 20)
