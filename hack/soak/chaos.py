@@ -12,15 +12,17 @@ One fault per round, always a minority of the members (one member, or the operat
 - ``kill-operator``: kill the operator's pod (SIGKILL of its container, or a pod deletion) at a
   random moment during a change: a member's PVC lost (mid-replace), a scale-up by two
   (mid-scale, scaled back afterwards), a member's etcd killed (mid-restart), or nothing (idle).
+- ``defragment``: ask for a defragmentation of every member (annotation
+  etcd.quorumkeeper.dev/defragment); the operator does one member at a time, the leader last.
 
 After each fault the round waits (up to ``recovery_timeout``) until the cluster has recovered:
 the EtcdCluster is Available for its current spec with every member healthy, voting and its pod
 ready (status, observedGeneration current); every member's pod is Ready; etcd itself lists the
 spec's number of started voting members and each answers Status through its pod IP with the
 same leader; and the fault's own effect was seen through (the pod restarted or was replaced, the
-member replaced, the node Ready, the operator leading again). The recovery time runs from the
-fault's injection to that moment. A round that does not recover ends the soak: its state,
-Events and the operator's log are saved for debugging.
+member replaced, the node Ready, the operator leading again, the defragmentation request
+answered). The recovery time runs from the fault's injection to that moment. A round that does
+not recover ends the soak: its state, Events and the operator's log are saved for debugging.
 """
 
 from __future__ import annotations
@@ -63,7 +65,16 @@ PEER_LABEL = "etcd.quorumkeeper.dev/peer"
 OPERATOR_NAMESPACE = "quorumkeeper-system"
 OPERATOR_SELECTOR = "control-plane=controller-manager"
 OPERATOR_LEASE = "quorumkeeper"
-KINDS = ("kill-etcd", "delete-pod", "delete-pod-pvc", "partition", "stop-node", "kill-operator")
+KINDS = (
+    "kill-etcd",
+    "delete-pod",
+    "delete-pod-pvc",
+    "partition",
+    "stop-node",
+    "kill-operator",
+    "defragment",
+)
+DEFRAGMENT_ANNOTATION = "etcd.quorumkeeper.dev/defragment"
 OPERATOR_SCENARIOS = ("mid-replace", "mid-scale", "mid-restart", "idle")
 
 
@@ -183,6 +194,16 @@ class Cluster:
 
     def delete_pod(self, name: str) -> None:
         self.core.delete_namespaced_pod(name, self.namespace)
+
+    def annotate(self, annotations: dict[str, str]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            self.name,
+            {"metadata": {"annotations": annotations}},
+        )
 
     def delete_pvc(self, name: str) -> None:
         self.core.delete_namespaced_persistent_volume_claim(name, self.namespace)
@@ -581,6 +602,22 @@ class Soak:
             if now == holder or not any(now.startswith(p["metadata"]["name"] + "_") for p in live):
                 problems.append(f"operator not leading again (lease holder {now!r})")
             return problems
+
+        return evidence
+
+    def inject_defragment(self, record: dict):
+        """Every member defragmented on request while the workload runs (one at a time, the
+        leader last after moving leadership): recovered once the status answers the request."""
+        token = f"soak-{record['round']}-{self.rng.randrange(1 << 24):06x}"
+        record.update(target="every member", request=token)
+        self.cluster.annotate({DEFRAGMENT_ANNOTATION: token})
+        record["injected"] = self.now()
+        self.note("defragmentation requested", request=token)
+
+        def evidence():
+            status = self.cluster.get().get("status") or {}
+            last = (status.get("maintenance") or {}).get("lastDefragmentation") or {}
+            return [] if last.get("request") == token else [f"request {token} not answered"]
 
         return evidence
 
