@@ -1759,11 +1759,6 @@ def etcdctl_run(etcdctl: str, endpoints: str, *args: str, check: bool = True) ->
     ).stdout
 
 
-def revision_of(etcdctl: str, endpoint: str) -> int:
-    status = json.loads(etcdctl_run(etcdctl, endpoint, "endpoint", "status", "-w", "json"))
-    return status[0]["Status"]["header"]["revision"]
-
-
 def make_garbage(driver, etcdctl: str, size_mib: int) -> dict:
     """Every member's database holds ``size_mib`` MiB, half of it free pages: what there was is
     deleted, compacted and defragmented away (not measured), then ``size_mib`` values of 1 MiB
@@ -1771,11 +1766,23 @@ def make_garbage(driver, etcdctl: str, size_mib: int) -> dict:
     endpoint = driver.client_endpoint()
     everyone = ",".join(member_endpoints(driver).values())
     etcdctl_run(etcdctl, endpoint, "del", "/bench/", "--prefix")
-    etcdctl_run(etcdctl, endpoint, "compact", str(revision_of(etcdctl, endpoint)), check=False)
+    etcdctl_run(
+        etcdctl,
+        endpoint,
+        "compact",
+        str(member_status(etcdctl, endpoint)["header"]["revision"]),
+        check=False,
+    )
     etcdctl_run(etcdctl, everyone, "defrag")
     asyncio.run(fill_large(endpoint, size_mib))
     etcdctl_run(etcdctl, endpoint, "del", "/bench/large/", f"/bench/large/{size_mib // 2:06d}")
-    etcdctl_run(etcdctl, endpoint, "compact", str(revision_of(etcdctl, endpoint)), "--physical")
+    etcdctl_run(
+        etcdctl,
+        endpoint,
+        "compact",
+        str(member_status(etcdctl, endpoint)["header"]["revision"]),
+        "--physical",
+    )
     statuses = json.loads(etcdctl_run(etcdctl, everyone, "endpoint", "status", "-w", "json"))
     return {
         s["Endpoint"]: {"dbSize": s["Status"]["dbSize"], "dbSizeInUse": s["Status"]["dbSizeInUse"]}
