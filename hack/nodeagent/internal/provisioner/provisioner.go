@@ -1,6 +1,11 @@
 // Package provisioner is a small dynamic provisioner for the local-path
 // StorageClass: every PV is a hostPath directory under --base-dir (all nodes
 // of the local cluster share the host's disk, so there is no node affinity).
+// A second class (--expandable-storage-class) allows volume expansion, which
+// it serves as CSI's external-resizer does for a volume that needs no node
+// step: a claim's larger request becomes its volume's and its own capacity.
+// The default class does not: the API server refuses to grow its claims, as
+// with a cloud class that cannot expand.
 package provisioner
 
 import (
@@ -33,12 +38,14 @@ const annProvisionedBy = "pv.kubernetes.io/provisioned-by"
 const annStorageProvisioner = "volume.kubernetes.io/storage-provisioner"
 const annBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
 
-// Controller provisions and deletes PVs.
+// Controller provisions, expands and deletes PVs.
 type Controller struct {
 	client  kubernetes.Interface
 	baseDir string
-	class   string
-	logger  *log.Logger
+	class   string // the cluster default, which cannot expand
+	// expandable is the class that allows volume expansion ("" for none).
+	expandable string
+	logger     *log.Logger
 }
 
 // Main implements `nodeagent provision`.
@@ -47,6 +54,7 @@ func Main(args []string) error {
 	kubeconfig := fs.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig")
 	baseDir := fs.String("base-dir", "/var/lib/quorumkeeper/pv", "directory holding one sub-directory per PV")
 	class := fs.String("storage-class", "local-path", "StorageClass to create (as cluster default) and serve")
+	expandable := fs.String("expandable-storage-class", "", "StorageClass allowing volume expansion to create and serve")
 	_ = fs.Parse(args)
 	cfg, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -61,13 +69,24 @@ func Main(args []string) error {
 	}
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer cancel()
-	c := &Controller{client: client, baseDir: *baseDir, class: *class, logger: log.New(os.Stderr, "provisioner ", log.LstdFlags)}
+	c := &Controller{client: client, baseDir: *baseDir, class: *class, expandable: *expandable, logger: log.New(os.Stderr, "provisioner ", log.LstdFlags)}
 	return c.Run(ctx)
 }
 
-// EnsureStorageClass creates the StorageClass as cluster default when missing.
+// EnsureStorageClass creates the StorageClasses when missing: the default one
+// and the expandable one.
 func (c *Controller) EnsureStorageClass(ctx context.Context) error {
-	_, err := c.client.StorageV1().StorageClasses().Get(ctx, c.class, metav1.GetOptions{})
+	if err := c.ensureClass(ctx, c.class, true, false); err != nil {
+		return err
+	}
+	if c.expandable == "" {
+		return nil
+	}
+	return c.ensureClass(ctx, c.expandable, false, true)
+}
+
+func (c *Controller) ensureClass(ctx context.Context, name string, isDefault, expandable bool) error {
+	_, err := c.client.StorageV1().StorageClasses().Get(ctx, name, metav1.GetOptions{})
 	if err == nil {
 		return nil
 	}
@@ -77,19 +96,21 @@ func (c *Controller) EnsureStorageClass(ctx context.Context) error {
 	mode := storagev1.VolumeBindingImmediate
 	policy := corev1.PersistentVolumeReclaimDelete
 	sc := &storagev1.StorageClass{
-		ObjectMeta: metav1.ObjectMeta{Name: c.class, Annotations: map[string]string{
-			"storageclass.kubernetes.io/is-default-class": "true",
-		}},
-		Provisioner:       ProvisionerName,
-		VolumeBindingMode: &mode,
-		ReclaimPolicy:     &policy,
+		ObjectMeta:           metav1.ObjectMeta{Name: name},
+		Provisioner:          ProvisionerName,
+		VolumeBindingMode:    &mode,
+		ReclaimPolicy:        &policy,
+		AllowVolumeExpansion: &expandable,
+	}
+	if isDefault {
+		sc.Annotations = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
 	}
 	_, err = c.client.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		return nil
 	}
 	if err == nil {
-		c.logger.Printf("created StorageClass %s (default)", c.class)
+		c.logger.Printf("created StorageClass %s (default %v, expandable %v)", name, isDefault, expandable)
 	}
 	return err
 }
@@ -160,7 +181,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-func (c *Controller) ours(pvc *corev1.PersistentVolumeClaim) bool {
+// classOf is the claim's StorageClass name.
+func classOf(pvc *corev1.PersistentVolumeClaim) string {
 	sc := ""
 	if pvc.Spec.StorageClassName != nil {
 		sc = *pvc.Spec.StorageClassName
@@ -169,7 +191,11 @@ func (c *Controller) ours(pvc *corev1.PersistentVolumeClaim) bool {
 		// the DefaultStorageClass admission plugin fills it in; accept our class annotations too
 		sc = pvc.Annotations["volume.beta.kubernetes.io/storage-class"]
 	}
-	if sc != c.class {
+	return sc
+}
+
+func (c *Controller) ours(pvc *corev1.PersistentVolumeClaim) bool {
+	if sc := classOf(pvc); sc != c.class && (c.expandable == "" || sc != c.expandable) {
 		return false
 	}
 	if p := pvc.Annotations[annStorageProvisioner]; p != "" && p != ProvisionerName {
@@ -182,6 +208,9 @@ func (c *Controller) ours(pvc *corev1.PersistentVolumeClaim) bool {
 func PVName(pvc *corev1.PersistentVolumeClaim) string { return "pvc-" + string(pvc.UID) }
 
 func (c *Controller) syncClaim(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	if pvc.Status.Phase == corev1.ClaimBound && c.ours(pvc) && pvc.DeletionTimestamp == nil {
+		return c.expand(ctx, pvc)
+	}
 	if pvc.Status.Phase != corev1.ClaimPending || pvc.Spec.VolumeName != "" || !c.ours(pvc) || pvc.DeletionTimestamp != nil {
 		return nil
 	}
@@ -210,7 +239,7 @@ func (c *Controller) syncClaim(ctx context.Context, pvc *corev1.PersistentVolume
 			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: req},
 			AccessModes:                   modes,
 			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimDelete,
-			StorageClassName:              c.class,
+			StorageClassName:              classOf(pvc),
 			VolumeMode:                    pvc.Spec.VolumeMode,
 			ClaimRef: &corev1.ObjectReference{
 				Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name,
@@ -221,7 +250,7 @@ func (c *Controller) syncClaim(ctx context.Context, pvc *corev1.PersistentVolume
 			},
 		},
 	}
-	if sc, err := c.client.StorageV1().StorageClasses().Get(ctx, c.class, metav1.GetOptions{}); err == nil && sc.ReclaimPolicy != nil {
+	if sc, err := c.client.StorageV1().StorageClasses().Get(ctx, classOf(pvc), metav1.GetOptions{}); err == nil && sc.ReclaimPolicy != nil {
 		pv.Spec.PersistentVolumeReclaimPolicy = *sc.ReclaimPolicy
 	}
 	_, err := c.client.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{})
@@ -232,6 +261,48 @@ func (c *Controller) syncClaim(ctx context.Context, pvc *corev1.PersistentVolume
 		return fmt.Errorf("create pv %s: %w", name, err)
 	}
 	c.logger.Printf("provisioned %s for %s/%s (%s) at %s", name, pvc.Namespace, pvc.Name, req.String(), dir)
+	return nil
+}
+
+// expand gives a bound claim of the expandable class the size it asks for:
+// its volume's capacity first, then the claim's status (a hostPath directory
+// has no filesystem to grow, so there is no node step). The API server only
+// lets a claim grow when its class allows expansion.
+func (c *Controller) expand(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	if c.expandable == "" || classOf(pvc) != c.expandable || pvc.Spec.VolumeName == "" {
+		return nil
+	}
+	want := pvc.Spec.Resources.Requests[corev1.ResourceStorage]
+	have := pvc.Status.Capacity[corev1.ResourceStorage]
+	if want.Cmp(have) <= 0 {
+		return nil
+	}
+	pv, err := c.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if pv.Annotations[annProvisionedBy] != ProvisionerName {
+		return nil
+	}
+	if capacity := pv.Spec.Capacity[corev1.ResourceStorage]; capacity.Cmp(want) < 0 {
+		pv = pv.DeepCopy()
+		pv.Spec.Capacity[corev1.ResourceStorage] = want
+		if _, err := c.client.CoreV1().PersistentVolumes().Update(ctx, pv, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("expand pv %s: %w", pv.Name, err)
+		}
+	}
+	claim := pvc.DeepCopy()
+	if claim.Status.Capacity == nil {
+		claim.Status.Capacity = corev1.ResourceList{}
+	}
+	claim.Status.Capacity[corev1.ResourceStorage] = want
+	claim.Status.Conditions = nil
+	claim.Status.AllocatedResources = corev1.ResourceList{corev1.ResourceStorage: want}
+	claim.Status.AllocatedResourceStatuses = nil
+	if _, err := c.client.CoreV1().PersistentVolumeClaims(pvc.Namespace).UpdateStatus(ctx, claim, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("expand pvc %s/%s: %w", pvc.Namespace, pvc.Name, err)
+	}
+	c.logger.Printf("expanded %s for %s/%s from %s to %s", pv.Name, pvc.Namespace, pvc.Name, have.String(), want.String())
 	return nil
 }
 

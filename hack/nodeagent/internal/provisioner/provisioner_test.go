@@ -79,3 +79,59 @@ func TestProvisionAndDelete(t *testing.T) {
 		t.Fatal("released PV not deleted")
 	}
 }
+
+func TestExpandableClassGrowsBoundClaims(t *testing.T) {
+	ctx := context.Background()
+	client := fake.NewClientset()
+	c := &Controller{client: client, baseDir: t.TempDir(), class: "local-path", expandable: "local-path-expandable", logger: log.New(os.Stderr, "", 0)}
+	if err := c.EnsureStorageClass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fixed, err := client.StorageV1().StorageClasses().Get(ctx, "local-path", metav1.GetOptions{})
+	if err != nil || fixed.AllowVolumeExpansion == nil || *fixed.AllowVolumeExpansion {
+		t.Fatalf("the default class must not expand: %+v %v", fixed, err)
+	}
+	grows, err := client.StorageV1().StorageClasses().Get(ctx, "local-path-expandable", metav1.GetOptions{})
+	if err != nil || !*grows.AllowVolumeExpansion || grows.Annotations["storageclass.kubernetes.io/is-default-class"] == "true" {
+		t.Fatalf("expandable class: %+v %v", grows, err)
+	}
+	class := "local-path-expandable"
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns", UID: "42"},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &class,
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}},
+		},
+		Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimPending},
+	}
+	if err := c.syncClaim(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pv, err := client.CoreV1().PersistentVolumes().Get(ctx, "pvc-42", metav1.GetOptions{})
+	if err != nil || pv.Spec.StorageClassName != class {
+		t.Fatalf("pv of the expandable class: %+v %v", pv, err)
+	}
+	// Bound at 1Gi, then asked for 2Gi.
+	pvc.Spec.VolumeName = pv.Name
+	pvc.Status = corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound, Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}
+	pvc.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("2Gi")
+	if _, err := client.CoreV1().PersistentVolumeClaims("ns").Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.syncClaim(ctx, pvc); err != nil {
+		t.Fatal(err)
+	}
+	pv, _ = client.CoreV1().PersistentVolumes().Get(ctx, "pvc-42", metav1.GetOptions{})
+	claim, _ := client.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "data", metav1.GetOptions{})
+	if pv.Spec.Capacity.Storage().String() != "2Gi" || claim.Status.Capacity.Storage().String() != "2Gi" {
+		t.Fatalf("not expanded: pv %s, claim %s", pv.Spec.Capacity.Storage(), claim.Status.Capacity.Storage())
+	}
+	// A bound claim of the default class is never touched (the API server refuses its growth).
+	fixedClass := "local-path"
+	other := pvc.DeepCopy()
+	other.Name, other.UID, other.Spec.StorageClassName = "fixed", "43", &fixedClass
+	other.Spec.VolumeName = "pvc-43"
+	if err := c.syncClaim(ctx, other); err != nil {
+		t.Fatalf("a claim of the default class: %v", err)
+	}
+}
