@@ -1975,6 +1975,80 @@ def bench_nospace(kube: Kube, runs: int) -> None:
     )
 
 
+class ExpandableVolumeDriver(EtcdClusterDriver):
+    """1Gi volumes of the local cluster's StorageClass that allows expansion."""
+
+    def manifest(self, replicas: int) -> dict:
+        manifest = super().manifest(replicas)
+        template = manifest["spec"]["storage"]["volumeClaimTemplate"]
+        template["storageClassName"] = "local-path-expandable"
+        template["resources"]["requests"]["storage"] = "1Gi"
+        return manifest
+
+
+def claims_have(driver, size: str) -> bool:
+    claims = [driver.kube.get("pvc", p, driver.namespace) for p in driver.member_ids()]
+    return bool(claims) and all(
+        c.get("status", {}).get("capacity", {}).get("storage") == size for c in claims
+    )
+
+
+def volume_growth_once(driver, size: str) -> dict:
+    """spec.storage grown to ``size`` under a writer: until every claim has it (in place, no
+    restart), and until every member runs the quota derived from it (a rolling restart)."""
+    endpoint = driver.client_endpoint()
+    with Writer(endpoint) as writer:
+        time.sleep(2)
+        began = time.monotonic()
+        driver.patch_spec(
+            storage={"volumeClaimTemplate": {"resources": {"requests": {"storage": size}}}}
+        )
+        wait_until(f"every claim at {size}", lambda: claims_have(driver, size), 120, 0.2)
+        grown = time.monotonic() - began
+        wait_until(
+            "the rolling restart onto the new quota begun",
+            lambda: (
+                not all(m.get("configUpToDate") for m in driver.get()["status"].get("members", []))
+            ),
+            60,
+            0.2,
+        )
+        wait_config_rolled(driver, 3)
+        rolled = time.monotonic() - began
+    return {
+        "size": size,
+        "claims_grown_s": round(grown, 2),
+        "quota_rolled_out_s": round(rolled, 2),
+        "writes_ok": writer.ok,
+        "writes_failed": writer.failed,
+        "write_p99_ms": writer.p99_ms(),
+    }
+
+
+def bench_volume_growth(kube: Kube, runs: int) -> None:
+    """A cluster's volumes grown by 1Gi each round, in place, the quota following."""
+    deploy_operator(kube)
+    driver = ExpandableVolumeDriver(kube, fresh_namespace(kube), name="bench")
+    CLEANUPS.append(lambda: drop_namespace(kube, driver.namespace))
+    driver.create(3)
+    driver.wait_available(3, timeout=300)
+    rounds = []
+    for run in range(runs):
+        result = volume_growth_once(driver, f"{run + 2}Gi")
+        rounds.append(result)
+        print(f"volume growth round {run}: {result}", flush=True)
+    record(
+        "volume_growth_in_place",
+        [r["quota_rolled_out_s"] for r in rounds],
+        "issue 18: volumes grown without a member lost or a write refused for more than a "
+        "restart; no Go etcd operator grows volumes (etcd-druid#481, cozystack#210)",
+        path="spec.storage size patched -> every claim at the new capacity (claims_grown_s) -> "
+        "every member restarted onto the quota derived from it, Available (the samples)",
+        claims_grown_median_s=statistics.median(r["claims_grown_s"] for r in rounds),
+        rounds=rounds,
+    )
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -1996,6 +2070,7 @@ BENCHMARKS = {
     "olm_subscription": bench_olm_subscription,
     "defragment": bench_defragment,
     "nospace": bench_nospace,
+    "volume_growth": bench_volume_growth,
 }
 
 

@@ -43,6 +43,13 @@ options:
     description: etcd client port.
     type: int
     default: 2379
+  volume_size:
+    description:
+      - The size every member's volume should have (the EtcdCluster's
+        C(spec.storage.volumeClaimTemplate.resources.requests.storage)).
+      - The StorageClass of a claim that asks for less is read, so that C(pvcs) says whether it
+        can grow in place (C(expandable)); omitted, no StorageClass is read.
+    type: raw
 extends_documentation_fragment:
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
@@ -84,7 +91,11 @@ pods:
   type: dict
   returned: always
 pvcs:
-  description: By peer name, the member's claim (exists, uid, phase, deleting, annotated, problem).
+  description: >-
+    By peer name, the member's claim (exists, uid, phase, deleting, annotated, problem,
+    storage_class, request_bytes, capacity, capacity_bytes, resizing: the resize conditions set,
+    and expandable: whether its StorageClass allows expansion, for a claim smaller than
+    C(volume_size) only).
   type: dict
   returned: always
 replicasets:
@@ -189,6 +200,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     config_hash,
     peer_config,
+    quantity_bytes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     RECOVERY_KEY,
@@ -239,6 +251,26 @@ def _pod_rank(summary):
     return (not summary["deleting"], summary["created"])
 
 
+def mark_expandable(direct, pvcs, wanted):
+    """Set ``expandable`` on each claim asking for less than ``wanted`` bytes: whether its
+    StorageClass allows volume expansion (None when the class cannot be read). Only such claims
+    pay for the read, once per class."""
+    classes = {}
+    for summary in pvcs.values():
+        if not summary["exists"] or (summary["request_bytes"] or 0) >= wanted:
+            continue
+        name = summary["storage_class"]
+        if name not in classes:
+            try:
+                found = direct.get("storage.k8s.io/v1", "StorageClass", name) if name else None
+            except KubeError as exc:
+                if exc.status not in (401, 403):
+                    raise
+                found = None
+            classes[name] = bool(found.get("allowVolumeExpansion")) if found else None
+        summary["expandable"] = classes[name]
+
+
 def node_zones(direct, nodes):
     """{node: its topology.kubernetes.io/zone label, "" without one} for the members' nodes;
     {} when nodes cannot be read (an operator installed without that permission): the spread
@@ -281,6 +313,8 @@ def observe_kubernetes(p, cached, direct):
     for peer in peers:
         pvc = read_member_claim(cached, direct, peer["name"], namespace, peer["pvc_uid"])
         pvcs[peer["name"]] = summarize_pvc(pvc)
+    if p["volume_size"] is not None:
+        mark_expandable(direct, pvcs, quantity_bytes(p["volume_size"]))
     replicasets = {peer["name"]: summarize_replicaset(None) for peer in peers}
     for replicaset in direct.list("apps/v1", "ReplicaSet", namespace, label_selector=selector):
         peer_name = (replicaset["metadata"].get("labels") or {}).get(PEER_LABEL)
@@ -423,6 +457,7 @@ ARGUMENT_SPEC = {
     "namespace": {"type": "str", "required": True},
     "cluster_domain": {"type": "str", "default": DEFAULT_DOMAIN},
     "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
+    "volume_size": {"type": "raw"},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }
@@ -440,7 +475,7 @@ def main():
     try:
         cached, direct = operator_clients(p)
         observed = observe_kubernetes(p, cached, direct)
-    except (KubeConfigError, KubeError) as exc:
+    except (KubeConfigError, KubeError, ValueError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
     try:
         observed["etcd"] = observe_etcd(p, observed["peers"])

@@ -597,6 +597,8 @@ class LocalCluster:
                     f"--kubeconfig={kubeconfig('provisioner')}",
                     f"--base-dir={state / 'volumes'}",
                     "--storage-class=local-path",
+                    # For volume growth: the default class cannot expand, this one can.
+                    "--expandable-storage-class=local-path-expandable",
                 ],
             ),
         ]

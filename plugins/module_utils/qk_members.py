@@ -41,6 +41,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options impor
     config_hash,
     option_flags,
     peer_config,
+    quantity_bytes,
 )
 
 # ansible-operator maps changes of objects carrying these annotations to the named owner
@@ -479,6 +480,8 @@ def summarize_pvc(pvc, now=None):
         return {"exists": False, "uid": "", "phase": "", "deleting": False, "problem": None}
     meta, status = pvc.get("metadata", {}), pvc.get("status", {})
     phase = status.get("phase", "Pending")
+    requested = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    capacity = (status.get("capacity") or {}).get("storage")
     summary = {
         "exists": True,
         "uid": meta.get("uid", ""),
@@ -487,6 +490,17 @@ def summarize_pvc(pvc, now=None):
         "annotated": (meta.get("annotations") or {}).get(PRIMARY_RESOURCE_TYPE)
         == CLUSTER_GROUP_KIND,
         "problem": None,
+        "storage_class": (pvc.get("spec") or {}).get("storageClassName") or "",
+        "request_bytes": _bytes_or_none(requested.get("storage")),
+        # What the volume has now: less than the request while it grows.
+        "capacity": capacity or "",
+        "capacity_bytes": _bytes_or_none(capacity),
+        "resizing": sorted(
+            f"{c['type']}: {c.get('message') or c.get('reason') or 'in progress'}"
+            for c in status.get("conditions") or []
+            if c.get("status") == "True"
+            and ("Resize" in c.get("type", "") or c.get("type") == "Resizing")
+        ),
     }
     age = age_seconds(meta.get("creationTimestamp"), now)
     if phase == "Pending" and age >= PVC_PENDING_GRACE_SECONDS:
@@ -497,6 +511,13 @@ def summarize_pvc(pvc, now=None):
             f"{storage_class}); see kubectl describe pvc {meta.get('name')}",
         }
     return summary
+
+
+def _bytes_or_none(quantity) -> int | None:
+    try:
+        return quantity_bytes(quantity) if quantity is not None else None
+    except ValueError:
+        return None
 
 
 def render_services(

@@ -25,7 +25,8 @@ that returns a step decides. Rules, in priority order (the action they return in
   qk_plan_config): the same rollout through the same gate (qk_plan_rollout) once no upgrade is
   under way: a member restarted onto the new configuration is waited for (or the rollout stops
   at it: ConfigRolloutFailed), an out-of-date member that is down is restarted at once, the
-  others one at a time, the leader last.
+  others one at a time, the leader last. Held while a volume is smaller than spec.storage asks
+  (grow_volumes).
 
 No member answers:
 - data_lost_unanswered [wait, force_new_cluster, restore_from_backup]: members of the formed
@@ -63,6 +64,11 @@ With a healthy quorum (the rules below return None without one):
 - unhealthy_members [wait]: nothing changes while a voting member is unhealthy.
 - promote [promote, wait]: a started learner: promote it once it has caught up (a learner still
   starting is waited for).
+- grow_volumes [grow_volumes] (qk_plan_volumes): spec.storage asks for larger volumes: raise
+  every member claim whose StorageClass allows expansion (roll_config holds the larger default
+  quota until the volumes have grown); a class that cannot expand is reported
+  (VolumeCannotGrow), not acted on. Before recover_space: a larger volume
+  (and its quota) is what a database whose live data fills the quota needs.
 - recover_space [defragment, wait] (qk_plan_space): etcd raised NOSPACE and refuses writes:
   compact, defragment member by member (the leader last, leadership moved first) and disarm,
   before any membership change; when the alarm is back soon after, the live data is at the
@@ -73,6 +79,8 @@ With a healthy quorum (the rules below return None without one):
   (leader moved first).
 - replace_stale_peer [replace_member]: a peer that never became a member (its learner was
   removed before it started): recreate it.
+- wait_for_volumes [wait] (qk_plan_volumes): a claim asked to grow has not yet: wait, saying
+  what the claims report (a resize that never ends holds only the quota and defragmentation).
 - defragment [defragment, wait] (qk_plan_space): spec.maintenance.defragmentation, once nothing
   else is to be done: a request (annotation etcd.quorumkeeper.dev/defragment set to a new
   value) or a scheduled time defragments every member, a threshold (free pages, quota use) the
@@ -124,6 +132,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step imp
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     rolling_upgrade,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
+    grow_volumes,
+    wait_for_volumes,
+)
 
 # The order is the priority (see the module doc); cluster_ready always decides.
 RULES: tuple[Rule, ...] = (
@@ -143,10 +155,12 @@ RULES: tuple[Rule, ...] = (
     replace_member,
     unhealthy_members,
     promote,
+    grow_volumes,
     recover_space,
     add_member,
     remove_member,
     replace_stale_peer,
+    wait_for_volumes,
     defragment,
     cluster_ready,
 )

@@ -31,6 +31,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step imp
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     DEFAULT_UPGRADE_MEMBER_TIMEOUT_SECONDS,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
+    volumes_growing,
+)
 
 
 def roll_config(ctx: PlanContext) -> Step | None:
@@ -72,7 +75,8 @@ def roll_config(ctx: PlanContext) -> Step | None:
     count = f"{total - len(stale) - len(returning)} of {total} members up to date"
     if returning and (ctx.etcd.get("healthy") or total == 1):
         return _wait_for(ctx, returning[0], count)
-    if not stale or _upgrade_under_way(ctx) or membership_changing(ctx):
+    if not stale or _upgrade_under_way(ctx) or membership_changing(ctx) or volumes_growing(ctx):
+        # A quota derived from a volume that has not grown yet would not fit its disk.
         return None
     down = [n for n in stale if not members[n].get("healthy")]
     if down:

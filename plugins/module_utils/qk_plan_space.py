@@ -75,9 +75,10 @@ def recover_space(ctx: PlanContext) -> Step | None:
             "DatabaseQuotaExceeded",
             f"etcd raised NOSPACE again on {', '.join(raised)} {int(since)}s after the operator "
             f"compacted and defragmented it: the live data ({in_use // MIB} MiB in use) fills "
-            "the backend quota. etcd serves reads and deletes only: delete keys, or create the "
-            "cluster anew with a larger spec.options.quotaBackendBytes (within the volume) and "
-            f"restore a backup into it. The operator tries again "
+            "the backend quota. etcd serves reads and deletes only: delete keys, or raise "
+            "spec.options.quotaBackendBytes within the volume, or grow the volume "
+            "(spec.storage; the quota derived from it follows), rolled out once the space is "
+            f"given back again. The operator tries again "
             f"{SPACE_RECOVERY_RETRY_SECONDS}s after its last attempt",
             "degraded",
         )

@@ -43,6 +43,7 @@ STEP_ACTIONS = MappingProxyType(
         "add_member": "add the lowest free ordinal as a learner and start it",
         "remove_member": "remove the highest ordinal (its leadership moved first)",
         "defragment": "defragment member by member (NOSPACE: compact first, disarm after)",
+        "grow_volumes": "raise the members' claims to the size spec.storage asks for",
         "wait": "nothing can be done safely now; the message says what is waited for",
         "none": "the cluster matches its spec",
     }
@@ -79,7 +80,7 @@ class Step(TypedDict, total=False):
     )
     config: dict  # restart_member: the peer_config it restarts with (qk_options)
     voters_after: int  # add_member
-    members: list[dict]  # repair_members, defragment: [{name}]
+    members: list[dict]  # repair_members, defragment, grow_volumes: [{name}]
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
     # request (the annotation's value a Requested one answers)
     maintenance: dict

@@ -31,6 +31,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options impor
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     PLACEHOLDER_CLUSTER_VERSION,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
+    volume_growth_problems,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time import (
     ScheduleError,
     parse_schedule,
@@ -202,6 +205,9 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         largest = max(sized, key=lambda m: (m["quotaUsedPercent"], m["dbSize"]))
         status["databaseSize"] = human_bytes(largest["dbSize"])
         status["quotaUsedPercent"] = largest["quotaUsedPercent"]
+    volume_size = _volume_size(peers, pvcs)
+    if volume_size:
+        status["volumeSize"] = volume_size
     version = _cluster_version(info, current.get("clusterVersion") or "")
     if version:
         status["clusterVersion"] = version
@@ -276,6 +282,17 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     }
 
 
+def _volume_size(peers: list[dict], pvcs: dict) -> str:
+    """The capacity of the smallest member volume, as its claim says it ("" before any is
+    bound): the size spec.storage may be set back to, never below."""
+    sized = [
+        pvcs[p["name"]]
+        for p in peers
+        if (pvcs.get(p["name"]) or {}).get("capacity_bytes") is not None
+    ]
+    return min(sized, key=lambda c: c["capacity_bytes"])["capacity"] if sized else ""
+
+
 def _space_pressure(status: dict, current: dict, now: str | None) -> bool:
     """Whether etcd may run out of space before the steady period (5 min) brings the next
     look: etcd raises NOSPACE without anything Kubernetes sees. True for a database past
@@ -328,6 +345,7 @@ def _problems(observed: dict) -> list[dict]:
                     "message": f"member {name} has no pod: {why}",
                 }
             )
+    found += volume_growth_problems(observed)
     policy = (observed.get("maintenance") or {}).get("defragmentation") or {}
     if policy.get("schedule"):
         try:

@@ -303,6 +303,7 @@ def test_etcdcluster_status_fields():
         "auth",
         "maintenance",
         "databaseSize",
+        "volumeSize",
         "quotaUsedPercent",
     }
     assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}

@@ -20,7 +20,8 @@ LEADING_V_MSG = 'version must not start with "v"'
 SEMVER_MSG = "version must be a semantic version X.Y.Z"
 MAJOR_MSG = "only etcd major version 3 is supported"
 RESERVED_MSG = 'reserved prefix "etcd.quorumkeeper.dev/"'
-STORAGE_CHANGED_MSG = "storage is immutable after creation: the storage class, access modes"
+STORAGE_CHANGED_MSG = "the storage class and access modes of the members' volumes are immutable"
+SHRINK_MSG = "cannot shrink from 2Gi to"
 STORAGE_ADDED_REMOVED_MSG = (
     "storage is immutable after creation: it can be neither added to nor removed"
 )
@@ -303,10 +304,41 @@ def patch(api, ns, resource, name, body, kind="merge", subresource=None):
     return api.kubectl(*args, check=False)
 
 
+def size(quantity):
+    return {
+        "spec": {
+            "storage": {"volumeClaimTemplate": {"resources": {"requests": {"storage": quantity}}}}
+        }
+    }
+
+
+def test_storage_grows_and_never_shrinks_below_the_volumes(kube_api, namespace):
+    accepted(create(kube_api, namespace, cluster(storage=STORAGE)))
+    resource = "etcdclusters.etcd.quorumkeeper.dev"
+    accepted(patch(kube_api, namespace, resource, "c", size("2Gi")))
+    # Below the size asked before, and no volume size known: refused, naming both sizes.
+    rejected(patch(kube_api, namespace, resource, "c", size("1Gi")), SHRINK_MSG)
+    rejected(patch(kube_api, namespace, resource, "c", size(1073741824)), SHRINK_MSG)
+    # The volumes could not grow (status.volumeSize 1Gi): the growth can be taken back to that
+    # size, not below it.
+    accepted(
+        patch(
+            kube_api,
+            namespace,
+            resource,
+            "c",
+            {"status": {"volumeSize": "1Gi"}},
+            subresource="status",
+        )
+    )
+    rejected(patch(kube_api, namespace, resource, "c", size("512Mi")), "status.volumeSize, 1Gi")
+    accepted(patch(kube_api, namespace, resource, "c", size("1Gi")))
+    accepted(patch(kube_api, namespace, resource, "c", size("1536Mi")))
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        {"volumeClaimTemplate": {"resources": {"requests": {"storage": "2Gi"}}}},
         {"volumeClaimTemplate": {"storageClassName": "fast"}},
         {"volumeClaimTemplate": {"accessModes": ["ReadWriteOncePod"]}},
     ],

@@ -107,6 +107,14 @@ def members_on(cluster, flag: str) -> dict[str, bool]:
     }
 
 
+def wait_every_member_on(cluster, flag: str, what: str, members: int = 3) -> None:
+    wait_until(
+        f"every member restarted with {what}",
+        lambda: all((on := members_on(cluster, flag)).values()) and len(on) == members,
+        240,
+    )
+
+
 def test_options_changed_on_a_live_cluster_roll_the_members_with_no_write_lost(etcd_cluster):
     kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
     etcd_cluster.create(3)
@@ -118,14 +126,7 @@ def test_options_changed_on_a_live_cluster_roll_the_members_with_no_write_lost(e
     with AckedWriter(endpoint, "/options/") as writer:
         wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
         etcd_cluster.patch_spec(options={"snapshotCount": 5000, "heartbeatIntervalMs": 150})
-        wait_until(
-            "every member restarted with the new options",
-            lambda: (
-                all((on := members_on(etcd_cluster, "--snapshot-count=5000")).values())
-                and len(on) == 3
-            ),
-            240,
-        )
+        wait_every_member_on(etcd_cluster, "--snapshot-count=5000", "the new options")
         status = etcd_cluster.wait_available(3)
     summary = writer.summary()
     assert writer.lost(endpoint) == [], f"acknowledged writes lost: {summary}"
@@ -284,3 +285,103 @@ def test_defragmentation_by_threshold_request_and_schedule_under_a_writer(etcd_c
     assert summary["failed"] == 0, f"no write failed during the defragmentations: {summary}"
     defragmented = [e for e in kube.events(ns, name) if e["reason"] == "Defragmented"]
     assert len(defragmented) >= 3, [e["message"] for e in defragmented]
+
+
+def grow_to(cluster, size: str) -> None:
+    cluster.patch_spec(
+        storage={"volumeClaimTemplate": {"resources": {"requests": {"storage": size}}}}
+    )
+
+
+def claim_sizes(cluster) -> dict[str, tuple[str, str]]:
+    """(request, capacity) of each member's claim."""
+    return {
+        p: (
+            claim["spec"]["resources"]["requests"]["storage"],
+            claim.get("status", {}).get("capacity", {}).get("storage", ""),
+        )
+        for p in cluster.member_ids()
+        for claim in [cluster.kube.get("pvc", p, cluster.namespace)]
+    }
+
+
+def test_volumes_grow_in_place_and_the_quota_follows_with_no_write_lost(etcd_cluster):
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    manifest = etcd_cluster.manifest(3)
+    manifest["spec"]["storage"]["volumeClaimTemplate"]["storageClassName"] = "local-path-expandable"
+    kube.apply(manifest)
+    etcd_cluster.wait_available(3)
+    ids = etcd_cluster.member_ids()
+    claims = {p: kube.get("pvc", p, ns)["metadata"]["uid"] for p in ids}
+    # 128Mi volumes get a 64Mi quota; 256Mi ones a 128Mi quota (half the volume at that size).
+    assert all(members_on(etcd_cluster, "--quota-backend-bytes=67108864").values())
+    endpoint = etcd_cluster.client_endpoint()
+    with AckedWriter(endpoint, "/grow/") as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+        grow_to(etcd_cluster, "256Mi")
+        wait_until(
+            "every claim grown to 256Mi",
+            lambda: set(claim_sizes(etcd_cluster).values()) == {("256Mi", "256Mi")},
+            120,
+        )
+        wait_every_member_on(
+            etcd_cluster, "--quota-backend-bytes=134217728", "the quota of the grown volume"
+        )
+        status = etcd_cluster.wait_available(3)
+    summary = writer.summary()
+    assert writer.lost(endpoint) == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    assert status["volumeSize"] == "256Mi"
+    assert etcd_cluster.member_ids() == ids, "members keep their IDs"
+    assert {p: kube.get("pvc", p, ns)["metadata"]["uid"] for p in ids} == claims, "same volumes"
+    assert kube.get(PEERS, f"{name}-0", ns)["spec"]["options"]["quotaBackendBytes"] == 128 << 20
+    reasons = [e["reason"] for e in kube.events(ns, name)]
+    assert "VolumesGrowing" in reasons and reasons.count("MemberReconfigured") == 3, reasons
+
+    refused = kube.run(
+        "patch",
+        CLUSTERS,
+        name,
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "spec": {
+                    "storage": {
+                        "volumeClaimTemplate": {"resources": {"requests": {"storage": "128Mi"}}}
+                    }
+                }
+            }
+        ),
+        check=False,
+    )
+    assert refused.returncode != 0 and "cannot shrink from 256Mi to 128Mi" in refused.stderr
+
+
+def test_a_volume_that_cannot_grow_is_reported_and_the_growth_can_be_taken_back(etcd_cluster):
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    grow_to(etcd_cluster, "256Mi")
+    degraded = wait_until(
+        "the volumes that cannot grow reported",
+        lambda: (c := etcd_cluster.condition("Degraded")).get("reason") == "VolumeCannotGrow" and c,
+        60,
+    )
+    assert "StorageClass local-path does not allow volume expansion" in degraded["message"]
+    assert "back to 128Mi" in degraded["message"], degraded
+    assert "VolumeCannotGrow" in etcd_cluster.event_reasons()
+    # Nothing was changed: the claims, and the quota that a larger volume would bring.
+    assert set(claim_sizes(etcd_cluster).values()) == {("128Mi", "128Mi")}
+    assert kube.get(PEERS, f"{name}-0", ns)["spec"]["options"]["quotaBackendBytes"] == 64 << 20
+    assert etcd_cluster.get()["status"]["volumeSize"] == "128Mi"
+
+    grow_to(etcd_cluster, "128Mi")
+    wait_until(
+        "the cluster healthy again",
+        lambda: etcd_cluster.condition("Degraded").get("status") == "False",
+        60,
+    )
+    etcd_cluster.wait_available(3)

@@ -173,6 +173,10 @@ def observations():
         {"member_id": nospace["etcd"]["members"][0]["id"], "alarm": "NOSPACE"}
     ]
     out["defragment"] = nospace
+    grow = observation(3, [peer(i) for i in range(3)], three(), volume_size="2Gi")
+    for claim in grow["pvcs"].values():
+        claim.update(phase="Bound", request_bytes=1 << 30, capacity_bytes=1 << 30, expandable=True)
+    out["grow_volumes"] = grow
     replace = observation(3, [peer(i) for i in range(3)], three())
     replace["pvcs"]["c-2"] = {"exists": False}
     out["replace_member"] = replace
