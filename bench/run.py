@@ -1731,6 +1731,15 @@ def bench_olm_subscription(kube: Kube, runs: int) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+def available_cluster(kube: Kube, driver_class) -> EtcdClusterDriver:
+    """A 3-member cluster of ``driver_class`` in a fresh namespace, Available; dropped at exit."""
+    driver = driver_class(kube, fresh_namespace(kube), name="bench")
+    CLEANUPS.append(lambda: drop_namespace(kube, driver.namespace))
+    driver.create(3)
+    driver.wait_available(3, timeout=300)
+    return driver
+
+
 class MaintenanceDriver(LargeVolumeDriver):
     """4Gi volumes, and no defragmentation but the one asked for: the thresholds are off."""
 
@@ -1839,10 +1848,7 @@ def bench_defragment(kube: Kube, runs: int, size_mib: int = 1024) -> None:
     client writing 20 puts/s meanwhile (its p99 latency and failed puts)."""
     deploy_operator(kube)
     etcdctl = etcdctl_binary()
-    driver = MaintenanceDriver(kube, fresh_namespace(kube), name="bench")
-    CLEANUPS.append(lambda: drop_namespace(kube, driver.namespace))
-    driver.create(3)
-    driver.wait_available(3, timeout=300)
+    driver = available_cluster(kube, MaintenanceDriver)
     rounds = []
     for run in range(runs):
         sizes = make_garbage(driver, etcdctl, size_mib)
@@ -1954,10 +1960,7 @@ def nospace_once(driver) -> dict:
 def bench_nospace(kube: Kube, runs: int) -> None:
     """NOSPACE -> writes accepted again, with a 256 MiB quota, without a human."""
     deploy_operator(kube)
-    driver = NoSpaceDriver(kube, fresh_namespace(kube), name="bench")
-    CLEANUPS.append(lambda: drop_namespace(kube, driver.namespace))
-    driver.create(3)
-    driver.wait_available(3, timeout=300)
+    driver = available_cluster(kube, NoSpaceDriver)
     samples, details = [], []
     for run in range(runs):
         result = nospace_once(driver)
@@ -2028,10 +2031,7 @@ def volume_growth_once(driver, size: str) -> dict:
 def bench_volume_growth(kube: Kube, runs: int) -> None:
     """A cluster's volumes grown by 1Gi each round, in place, the quota following."""
     deploy_operator(kube)
-    driver = ExpandableVolumeDriver(kube, fresh_namespace(kube), name="bench")
-    CLEANUPS.append(lambda: drop_namespace(kube, driver.namespace))
-    driver.create(3)
-    driver.wait_available(3, timeout=300)
+    driver = available_cluster(kube, ExpandableVolumeDriver)
     rounds = []
     for run in range(runs):
         result = volume_growth_once(driver, f"{run + 2}Gi")

@@ -106,7 +106,8 @@ def wait_for_volumes(ctx: PlanContext) -> Step | None:
 
 
 def volume_growth_problems(observed) -> list[dict]:
-    """The member claims spec.storage asks to grow that cannot: [{peer, reason, message}]."""
+    """The member claims spec.storage asks to grow that cannot, as one problem:
+    [{reason, message}] (none when every claim can grow or has the size)."""
     wanted = wanted_volume_bytes(observed)
     if wanted is None:
         return []
