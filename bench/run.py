@@ -17,7 +17,8 @@ Operator (medians over --runs, every sample in the result file):
   shows it (restart count, new pod, replacement under way).
 - burst: 10 clusters of 3 created at once -> all Available.
 - idle: 10 healthy clusters of 3: the operator's CPU (its process and all it ran) averaged over
-  5 minutes, and its memory (process tree RSS, sampled every second).
+  5 minutes, and its memory (process tree RSS, sampled every second); the health watch's CPU
+  and memory beside it.
 - backup: EtcdBackups of a cluster holding 8, then 96 MiB, to an S3 server (moto) -> Completed,
   and the operator's memory meanwhile (the snapshot is streamed, so it must not grow with it).
 - backup_1gib: a cluster of 3 holding 1 GiB (--backup-mib) in 1 MiB values: an EtcdBackup to
@@ -160,6 +161,16 @@ def operator_pid() -> int:
             if argv[0].endswith(b"ansible-operator") and b"run" in argv[1:2]:
                 return int(stat.split("/")[2])
     raise RuntimeError("the operator's ansible-operator process is not running")
+
+
+def health_watch_pid() -> int:
+    """The operator pod's second process: the health watch (qk_health_watch)."""
+    for stat in glob.glob("/proc/[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            argv = Path(stat).read_bytes().split(b"\0")
+            if any(a.endswith(b"qk_health_watch") for a in argv[1:3]):
+                return int(stat.split("/")[2])
+    raise RuntimeError("the operator's health-watch process is not running")
 
 
 def cpu_seconds(pid: int) -> float:
@@ -582,11 +593,14 @@ def bench_idle(kube: Kube, runs: int, seconds: float = 300) -> None:
     for driver in drivers:
         driver.wait_available(3, timeout=600)
     time.sleep(15)  # the reconciles woken by the last pods becoming ready
-    pid = operator_pid()
+    pid, watch_pid = operator_pid(), health_watch_pid()
     with Sampler(pid) as sampler:
         before, started = cpu_seconds(pid), time.monotonic()
+        watch_before = cpu_seconds(watch_pid)
         time.sleep(seconds)
         used, elapsed = cpu_seconds(pid) - before, time.monotonic() - started
+        watch_used = cpu_seconds(watch_pid) - watch_before
+    watch_rss = tree_rss_mib(watch_pid)
     for driver in drivers:
         drop_namespace(kube, driver.namespace)
     cores = used / elapsed
@@ -599,6 +613,10 @@ def bench_idle(kube: Kube, runs: int, seconds: float = 300) -> None:
         "rss_mib_max": round(max(sampler.samples), 1),
         "rss_mib_mean": round(statistics.mean(sampler.samples), 1),
         "goal_rss": "<= 500 MiB (issue 6)",
+        # The health watch (the pod's second container) asks 30 members for /health every 5 s.
+        "health_watch_cpu_seconds": round(watch_used, 2),
+        "health_watch_cores": round(watch_used / elapsed, 4),
+        "health_watch_rss_mib": round(watch_rss, 1),
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
     }

@@ -157,6 +157,11 @@ def describe(result: dict) -> str:
     return "; ".join(parts) or "nothing to do"
 
 
+def last_defragmentation(status: dict | None) -> dict:
+    """An EtcdCluster status's ``maintenance.lastDefragmentation`` ({} when there was none)."""
+    return ((status or {}).get("maintenance") or {}).get("lastDefragmentation") or {}
+
+
 def status_of(result: dict) -> dict:
     """The run as the EtcdCluster's status.maintenance.lastDefragmentation says it (without
     ``at`` and ``reason``, which the caller knows)."""

@@ -21,6 +21,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     ordinal_of,
     seconds_between,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance import (
+    last_defragmentation,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     fragmented_percent,
     quantity_bytes,
@@ -59,9 +62,7 @@ def recover_space(ctx: PlanContext) -> Step | None:
     raised = alarmed_peers(ctx.etcd.get("alarms"), ctx.members, ctx.cluster, "NOSPACE")
     if not raised:
         return None
-    last = ((ctx.observed.get("current") or {}).get("maintenance") or {}).get(
-        "lastDefragmentation"
-    ) or {}
+    last = last_defragmentation(ctx.observed.get("current"))
     since = seconds_between(last.get("at"), ctx.observed.get("now"))
     in_use = max((m.get("db_size_in_use") or 0) for m in ctx.members)
     if (
@@ -154,15 +155,10 @@ def defragment(ctx: PlanContext) -> Step | None:
     )
 
 
-def _last_defragmentation(ctx: PlanContext) -> dict:
-    current = (ctx.observed.get("current") or {}).get("maintenance") or {}
-    return current.get("lastDefragmentation") or {}
-
-
 def _defragmentation_due(ctx: PlanContext):
     """(trigger, member names, what for) of the defragmentation due now, or None."""
     policy = (ctx.observed.get("maintenance") or {}).get("defragmentation") or {}
-    last = _last_defragmentation(ctx)
+    last = last_defragmentation(ctx.observed.get("current"))
     everyone = sorted(ctx.by_peer, key=ordinal_of)
     request = ctx.observed.get("defragment_request") or ""
     if request and request != last.get("request"):
@@ -231,7 +227,7 @@ def scheduled_defragmentation(ctx: PlanContext, policy: dict) -> dict | None:
     # a schedule added or changed does not start with a time it just missed.
     record = ((ctx.observed.get("current") or {}).get("maintenance") or {}).get("schedule") or {}
     since = record.get("since") if record.get("expression") == expression else None
-    for bound in (since, _last_defragmentation(ctx).get("at")):
+    for bound in (since, last_defragmentation(ctx.observed.get("current")).get("at")):
         if bound:
             after = max(after, parse_time(bound))
     if since is None:

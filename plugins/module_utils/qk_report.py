@@ -22,6 +22,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     seconds_between,
     version_or_none,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance import (
+    last_defragmentation,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     config_hash,
     fragmented_percent,
@@ -300,7 +303,7 @@ def _space_pressure(status: dict, current: dict, now: str | None) -> bool:
     SPACE_WATCH_SECONDS (its writer is likely still writing)."""
     if (status.get("quotaUsedPercent") or 0) >= SPACE_WATCH_PERCENT:
         return True
-    last = (current.get("maintenance") or {}).get("lastDefragmentation") or {}
+    last = last_defragmentation(current)
     if last.get("reason") != "NOSPACE":
         return False
     since = seconds_between(last.get("at"), now)
@@ -377,7 +380,7 @@ def _queued_defragmentation(observed: dict, current: dict, step: dict) -> dict |
     """The defragmentation requested through the annotation that waits for another step
     ({request, waitingFor}), or None."""
     request = observed.get("defragment_request") or ""
-    last = ((current.get("maintenance") or {}).get("lastDefragmentation") or {}).get("request")
+    last = last_defragmentation(current).get("request")
     if not request or request == last or step.get("maintenance", {}).get("request") == request:
         return None
     return {"request": request, "waitingFor": step["message"]}

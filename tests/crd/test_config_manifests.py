@@ -145,7 +145,8 @@ def test_manager_deployment(rendered):
     pod = dep["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == SA
     assert pod["terminationGracePeriodSeconds"] == 10
-    (c,) = pod["containers"]
+    c, watch = pod["containers"]
+    assert c["name"] == "manager"
     assert c["image"] == "quay.io/quorumkeeper/etcd-operator:0.1.0"
     assert c["args"] == [
         "--leader-elect",
@@ -168,6 +169,21 @@ def test_manager_deployment(rendered):
         "limits": {"cpu": "1", "memory": "2Gi"},
     }
     assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    # The health watch: the same image (so the same collection), its own small budget.
+    assert watch["name"] == "health-watch" and watch["image"] == c["image"]
+    assert watch["command"] == [
+        "python3",
+        "-m",
+        "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch",
+    ]
+    watch_env = {e["name"]: e.get("value") for e in watch["env"]}
+    assert watch_env == {
+        "PYTHONPATH": "/opt/ansible/collections",
+        "WATCH_NAMESPACE": "",
+        "QK_HEALTH_WATCH_INTERVAL": "5",
+    }
+    assert watch["resources"]["limits"] == {"cpu": "200m", "memory": "128Mi"}
+    assert watch["securityContext"]["allowPrivilegeEscalation"] is False
 
 
 def test_rbac_least_privilege(rendered):
@@ -516,17 +532,20 @@ def test_bundle_csv():
     assert sorted(e["kind"] for e in examples) == sorted(KINDS)
     install = spec["install"]["spec"]
     (dep,) = install["deployments"]
-    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    container, watch = dep["spec"]["template"]["spec"]["containers"]
     assert (
         container["image"]
+        == watch["image"]
         == csv["metadata"]["annotations"]["containerImage"]
         == "quay.io/quorumkeeper/etcd-operator:0.1.0"
     )
-    env = {e["name"]: e for e in container["env"]}
-    assert (
-        env["WATCH_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"]
-        == "metadata.annotations['olm.targetNamespaces']"
-    )
+    # Under OLM the manager and the health watch both watch the OperatorGroup's namespaces.
+    for each in (container, watch):
+        env = {e["name"]: e for e in each["env"]}
+        assert (
+            env["WATCH_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"]
+            == "metadata.annotations['olm.targetNamespaces']"
+        )
     role = yaml.safe_load((ROOT / "config/rbac/role.yaml").read_text())
     assert install["clusterPermissions"] == [{"serviceAccountName": SA, "rules": role["rules"]}]
     election = yaml.safe_load((ROOT / "config/rbac/leader_election_role.yaml").read_text())

@@ -88,7 +88,7 @@ def test_local_image_runs_with_the_dockerfile_environment(tmp_path):
         for d in yaml.safe_load_all((REPO / "config/manager/manager.yaml").read_text())
         if d and d["kind"] == "Deployment"
     ][0]
-    (container,) = manager["spec"]["template"]["spec"]["containers"]
+    container = manager["spec"]["template"]["spec"]["containers"][0]
     deployment_env = {e["name"]: e.get("value") for e in container["env"]}
     for name, value in env.items():
         # A variable the image sets, the pod may set again (the same value), as for

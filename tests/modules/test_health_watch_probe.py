@@ -1,0 +1,56 @@
+"""The health watch's probe against real etcd 3.4/3.5/3.6: what ``/health`` says of a member
+that serves, of a cluster that raised NOSPACE, of a member left without a leader, and of a
+member that does not answer; each is what makes the watch wake the reconcile (or not)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import probe
+from test_defragment_module import QUOTA, fill_to_nospace
+
+
+def health_url(cluster, name):
+    return cluster.nodes[name].client_url + "/health"
+
+
+def test_a_serving_member_is_healthy_and_an_alarm_is_named_on_every_member(
+    etcd_factory, etcd_version
+):
+    cluster = etcd_factory(3, flags=[f"--quota-backend-bytes={QUOTA}"])
+    assert [probe(health_url(cluster, n)) for n in cluster.nodes] == ["", "", ""]
+    fill_to_nospace(cluster)
+    # The alarm is the cluster's: every member answers with it, whichever raised it (etcd 3.4
+    # says only that it is not healthy).
+    reason = "not healthy (/health: 503)" if etcd_version.startswith("3.4.") else "ALARM NOSPACE"
+    assert [probe(health_url(cluster, n)) for n in cluster.nodes] == [reason] * 3
+
+
+def test_a_member_without_leader_and_a_hung_member_are_not_healthy(etcd_factory, etcd_version):
+    cluster = etcd_factory(3)
+    hung = cluster.nodes["n2"].proc.pid
+    os.killpg(hung, signal.SIGSTOP)
+    try:
+        # Its port still accepts connections (so a TCP readiness probe passes), but it answers
+        # nothing.
+        verdict = probe(health_url(cluster, "n2"), timeout=1)
+        assert verdict.startswith("no answer to /health: "), verdict
+        cluster.stop("n1")
+        # One member of three has no quorum: until its election timeout it cannot complete the
+        # read /health makes (no answer within the probe's timeout), then it has no leader.
+        seen = [probe(health_url(cluster, "n0"))]
+        deadline = time.monotonic() + 30
+        while seen[-1].startswith("no answer") and time.monotonic() < deadline:
+            seen.append(probe(health_url(cluster, "n0")))
+        assert all(seen), seen
+        no_leader = (
+            "not healthy (/health: 503)" if etcd_version.startswith("3.4.") else ("RAFT NO LEADER")
+        )
+        assert seen[-1] == no_leader, seen
+    finally:
+        os.killpg(hung, signal.SIGCONT)
+    cluster.stop("n2")
+    stopped = probe(health_url(cluster, "n2"))
+    assert stopped.startswith("no answer to /health: ConnectionRefusedError"), stopped

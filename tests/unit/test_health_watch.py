@@ -1,0 +1,149 @@
+"""The health watch's decisions (qk_health_watch): which members it asks, what a /health answer
+means, which clusters it looks at, and when it wakes a cluster's reconcile."""
+
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import (
+    RENUDGE_SECONDS,
+    NudgeMemory,
+    annotation_value,
+    health_verdict,
+    member_probes,
+    plan_nudges,
+    problems_summary,
+    watch_namespaces,
+    watched,
+)
+
+
+def pod(name, cluster="c", ip="10.0.0.1", ready=True, ports=("client",), deleting=False):
+    meta = {
+        "name": name,
+        "namespace": "ns",
+        "labels": {"etcd.quorumkeeper.dev/cluster": cluster, "etcd.quorumkeeper.dev/peer": name},
+    }
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-25T00:00:00Z"
+    numbers = {"client": 2379, "peer": 2380, "metrics": 2381}
+    return {
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {"name": "etcd", "ports": [{"name": p, "containerPort": numbers[p]} for p in ports]}
+            ]
+        },
+        "status": {
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def cluster(name="c", available="True", progressing="False", paused=False, deleting=False):
+    meta = {"name": name, "namespace": "ns"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-25T00:00:00Z"
+    return {
+        "metadata": meta,
+        "spec": {"paused": paused},
+        "status": {
+            "conditions": [
+                {"type": "Available", "status": available},
+                {"type": "Progressing", "status": progressing},
+            ]
+        },
+    }
+
+
+def test_only_ready_member_pods_are_asked_on_the_port_that_needs_no_certificate():
+    probes = member_probes(
+        [
+            pod("c-0"),
+            pod("c-1", ip="10.0.0.2", ports=("client", "peer", "metrics")),
+            pod("c-2", ready=False),
+            pod("c-3", deleting=True),
+            pod("c-4", ip=""),
+            pod("c-5", ip="fd00::5"),
+            {"metadata": {"name": "helper", "labels": {}}, "spec": {}, "status": {}},
+        ]
+    )
+    assert [(p.member, p.url) for p in probes] == [
+        ("c-0", "http://10.0.0.1:2379/health"),
+        ("c-1", "http://10.0.0.2:2381/health"),
+        ("c-5", "http://[fd00::5]:2379/health"),
+    ]
+    assert {(p.namespace, p.cluster) for p in probes} == {("ns", "c")}
+
+
+def test_a_health_answer_says_why_a_member_does_not_serve():
+    assert health_verdict(200, b'{"health":"true","reason":""}') == ""
+    assert health_verdict(200, b'{"health":"true"}') == ""
+    assert health_verdict(503, b'{"health":"false","reason":"ALARM NOSPACE"}') == "ALARM NOSPACE"
+    assert health_verdict(503, b'{"health":"false","reason":"RAFT NO LEADER"}') == (
+        "RAFT NO LEADER"
+    )
+    # etcd 3.4 may say no more than that it is not healthy.
+    assert health_verdict(503, b'{"health":"false"}') == "not healthy (/health: 503)"
+    assert health_verdict(500, b"<html>") == "not healthy (/health: 500)"
+    assert health_verdict(200, b"[]") == "not healthy (/health: 200)"
+    assert health_verdict(None, None, "TimeoutError: timed out") == (
+        "no answer to /health: TimeoutError: timed out"
+    )
+
+
+def test_the_summary_names_failing_members_by_ordinal():
+    assert problems_summary({"c-0": "", "c-1": ""}) == ""
+    assert problems_summary({"c-10": "ALARM NOSPACE", "c-2": "ALARM NOSPACE", "c-1": ""}) == (
+        "c-2: ALARM NOSPACE; c-10: ALARM NOSPACE"
+    )
+
+
+def test_only_settled_available_clusters_are_watched():
+    assert watched(cluster())
+    assert not watched(cluster(available="False"))
+    assert not watched(cluster(available="Unknown"))
+    assert not watched(cluster(progressing="True"))
+    assert not watched(cluster(paused=True))
+    assert not watched(cluster(deleting=True))
+    assert not watched({"metadata": {"name": "new", "namespace": "ns"}, "spec": {}})
+
+
+def test_a_problem_wakes_the_reconcile_at_once_and_again_only_if_status_still_disagrees():
+    memory = NudgeMemory()
+    verdicts = {("ns", "c"): {"c-0": "ALARM NOSPACE", "c-1": ""}}
+    assert plan_nudges([cluster()], {("ns", "c"): {"c-0": ""}}, memory, 0) == []
+    assert plan_nudges([cluster()], verdicts, memory, 1) == [("ns", "c", "c-0: ALARM NOSPACE")]
+    # The reconcile it woke has not written its status yet: no second nudge at every probe.
+    assert plan_nudges([cluster()], verdicts, memory, 6) == []
+    # Still Available with the same problem long after: the reconcile is asked again.
+    assert plan_nudges([cluster()], verdicts, memory, 1 + RENUDGE_SECONDS) == [
+        ("ns", "c", "c-0: ALARM NOSPACE")
+    ]
+    # Another problem is news.
+    other = {("ns", "c"): {"c-0": "ALARM NOSPACE", "c-1": "RAFT NO LEADER"}}
+    assert plan_nudges([cluster()], other, memory, 2 + RENUDGE_SECONDS) == [
+        ("ns", "c", "c-0: ALARM NOSPACE; c-1: RAFT NO LEADER")
+    ]
+
+
+def test_the_status_having_caught_up_or_health_back_ends_the_nudges_and_resets_them():
+    memory = NudgeMemory()
+    verdicts = {("ns", "c"): {"c-0": "ALARM NOSPACE"}}
+    assert plan_nudges([cluster()], verdicts, memory, 0)
+    # The reconcile reported it: no longer Available, no longer watched.
+    assert plan_nudges([cluster(available="False")], verdicts, memory, 100) == []
+    # Recovered, Available again; the same alarm raised later is news at once.
+    assert plan_nudges([cluster()], {("ns", "c"): {"c-0": ""}}, memory, 200) == []
+    assert plan_nudges([cluster()], verdicts, memory, 201)
+    # A cluster with no ready member to ask is not a problem the watch reports.
+    assert plan_nudges([cluster("d")], {}, memory, 300) == []
+
+
+def test_every_annotation_value_is_new_and_says_what_was_seen():
+    assert annotation_value("c-0: ALARM NOSPACE", "2026-11-25T05:00:00Z") == (
+        "2026-11-25T05:00:00Z c-0: ALARM NOSPACE"
+    )
+
+
+def test_watch_namespace_is_read_as_ansible_operator_reads_it():
+    assert watch_namespaces("") == ()
+    assert watch_namespaces(None) == ()
+    assert watch_namespaces("a, b,") == ("a", "b")
