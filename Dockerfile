@@ -26,3 +26,9 @@ COPY roles/ ${HOME}/roles/
 COPY library/ ${HOME}/library/
 COPY plugins/ ${HOME}/plugins/
 COPY collections/ ${HOME}/collections/
+# bin/ansible-runner first on the PATH and bin/module-python the modules' interpreter:
+# ansible-operator's runs and their modules start warm (plugins/module_utils/qk_warm_start.py,
+# docs/reconcile-cost.md).
+COPY bin/ ${HOME}/bin/
+ENV PATH=${HOME}/bin:${PATH} \
+    QK_MODULE_PYTHON=${HOME}/bin/module-python

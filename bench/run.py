@@ -173,28 +173,55 @@ def health_watch_pid() -> int:
     raise RuntimeError("the operator's health-watch process is not running")
 
 
+def process_group(pid: int) -> list[int]:
+    """The processes of ``pid``'s process group: for ansible-operator, its container's (the
+    warm-start server that forks its runs and modules leaves its parent but not its group)."""
+    group = os.getpgid(pid)
+    members = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(Path(stat).read_text().rsplit(")", 1)[1].split()[2]) == group:
+                members.append(int(stat.split("/")[2]))
+    return members or [pid]
+
+
 def cpu_seconds(pid: int) -> float:
-    """CPU time of the process and of every child it has waited for (all of ansible's work)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    utime, stime, cutime, cstime = (int(x) for x in fields[11:15])
-    return (utime + stime + cutime + cstime) / TICKS
+    """CPU time of the process group of ``pid`` and of every child its processes have waited
+    for (for the operator: ansible-operator, the warm-start server, all of ansible's work)."""
+    total = 0
+    for member in process_group(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])
+    return total / TICKS
 
 
-def tree_rss_mib(pid: int) -> float:
+def process_tree(pid: int) -> list[int]:
+    """The process group of ``pid`` and all their descendants."""
     children = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             fields = Path(stat).read_text().rsplit(")", 1)[1].split()
             children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    total, todo = 0, [pid]
+    found, todo = [], process_group(pid)
     while todo:
         current = todo.pop()
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        todo.extend(children.get(current, []))
-    return total / 1024
+        if current not in found:
+            found.append(current)
+            todo.extend(children.get(current, []))
+    return found
+
+
+def rss_mib(pid: int) -> float | None:
+    with contextlib.suppress(OSError, StopIteration, ValueError):
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        return next(int(x.split()[1]) for x in status if x.startswith("VmRSS:")) / 1024
+    return None
+
+
+def tree_rss_mib(pid: int) -> float:
+    """RSS of the process group of ``pid`` and of all their descendants."""
+    return sum(rss_mib(member) or 0.0 for member in process_tree(pid))
 
 
 class Poller:
@@ -958,23 +985,15 @@ CLEANUPS: list = []
 
 
 def tree_processes(pid: int) -> list[tuple[int, float, str]]:
-    """(pid, RSS MiB, command line) of the process and of all its descendants."""
-    children = {}
-    for stat in glob.glob("/proc/[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = Path(stat).read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        with contextlib.suppress(OSError, StopIteration, ValueError):
-            status = Path(f"/proc/{current}/status").read_text().splitlines()
-            kib = next(int(x.split()[1]) for x in status if x.startswith("VmRSS:"))
-            argv = Path(f"/proc/{current}/cmdline").read_bytes().split(b"\0")
+    """(pid, RSS MiB, command line) of the process group of ``pid`` and of all descendants."""
+    found = []
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            rss = rss_mib(member)
+            argv = Path(f"/proc/{member}/cmdline").read_bytes().split(b"\0")
             args = [a.decode(errors="replace") for a in argv[:3] if a]
-            command = " ".join([Path(args[0]).name, *args[1:]])[:120]
-            found.append((current, kib / 1024, command))
-        todo.extend(children.get(current, []))
+            if rss is not None and args:
+                found.append((member, rss, " ".join([Path(args[0]).name, *args[1:]])[:120]))
     return found
 
 

@@ -300,7 +300,10 @@ def image_map(tools: dict, operator_root: Path, minio_entrypoint: Path | None = 
                 ),
             },
             "env": {
-                "PATH": f"{venv_bin}:{base_path}",
+                # /opt/ansible/bin first: ansible-operator runs its warm-start ansible-runner,
+                # and the modules run in its warm interpreter (as the Dockerfile sets them).
+                "PATH": f"/opt/ansible/bin:{venv_bin}:{base_path}",
+                "QK_MODULE_PYTHON": "/opt/ansible/bin/module-python",
                 "HOME": "/opt/ansible",
                 "ANSIBLE_CONFIG": "/opt/ansible/ansible.cfg",
                 "ANSIBLE_LOCAL_TEMP": "/tmp/ansible",
@@ -775,7 +778,7 @@ class LocalCluster:
         staging.mkdir(parents=True)
         for name in ("watches.yaml", "requirements.yml", "ansible.cfg"):
             shutil.copy2(ROOT / name, staging / name)
-        for name in ("playbooks", "roles", "library", "plugins", "collections"):
+        for name in ("bin", "playbooks", "roles", "library", "plugins", "collections"):
             shutil.copytree(
                 ROOT / name,
                 staging / name,

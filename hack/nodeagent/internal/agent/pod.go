@@ -530,7 +530,7 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 	pr.mu.Unlock()
 	logPath := pr.logPath(c.spec.Name, restarts)
 	_ = os.MkdirAll(filepath.Dir(logPath), 0o755)
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o644)
 	if err != nil {
 		pr.setWaiting(c, "RunContainerError", err.Error())
 		return false, 0
