@@ -29,6 +29,8 @@ NOT_STEPS = {
     "main",
     "reconcile",
     "converge",
+    "take_step",
+    "report_held",
     "paused",
     "disruption_budget",
     "certificates",
