@@ -235,6 +235,30 @@ def install_minio() -> Path:
     return out
 
 
+def install_prometheus() -> Path:
+    """Prometheus and promtool, built from the Go module proxy with Kubernetes service
+    discovery only (Debian's prometheus package is built without it, so it could not run the
+    scrape jobs users run)."""
+    wrapper = TOOLCHAIN / "prometheus"
+    version = module_version(wrapper, "github.com/prometheus/prometheus")
+    out = BIN / f"prometheus-{version}"
+    # The module's v0.MMM.P is Prometheus M.MM.P (v0.316.0 is 3.16.0).
+    _, minor, patch = version.removeprefix("v").split(".")
+    release = f"{int(minor) // 100}.{int(minor) % 100}.{patch}"
+    stamp = f"-s -w -X github.com/prometheus/common/version.Version={release}"
+    go_build(
+        wrapper,
+        out,
+        {
+            "prometheus": "github.com/prometheus/prometheus/cmd/prometheus",
+            "promtool": "github.com/prometheus/prometheus/cmd/promtool",
+        },
+        stamp,
+        tags="remove_all_sd,enable_kubernetes_sd",
+    )
+    return out
+
+
 def module_dir(wrapper: Path, module: str) -> Path:
     """Where the Go module cache holds `module` at the version the wrapper resolves; `go mod
     download` fetches it first if needed (`go list -m` gives no directory for a module that is
@@ -343,6 +367,7 @@ STEPS = [
     "ansible-operator",
     "coredns",
     "minio",
+    "prometheus",
     "nodeagent",
     "soak-checker",
     "olm",
@@ -377,6 +402,8 @@ def main() -> int:
         manifest["coredns"] = str(install_coredns())
     if "minio" in wanted:
         manifest["minio"] = str(install_minio())
+    if "prometheus" in wanted:
+        manifest["prometheus"] = str(install_prometheus())
     if "nodeagent" in wanted:
         manifest["nodeagent"] = str(install_nodeagent())
     if "soak-checker" in wanted:

@@ -48,6 +48,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeError,
     direct_client,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_metrics import (
+    DEFAULT_EXPORTER_PORT,
+    MetricsServer,
+)
 
 # Written by the watch, read by nobody: its change is what wakes the reconcile up, and its value
 # says what the watch saw, for a human reading the object.
@@ -83,12 +87,26 @@ def _ready(pod: dict) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def _etcd_version(pod: dict) -> str:
+    """The etcd version a member's pod runs: its etcd container's image tag, without ``v``."""
+    for container in pod.get("spec", {}).get("containers", []):
+        if container.get("name") == "etcd":
+            return container.get("image", "").rpartition(":")[2].removeprefix("v")
+    return ""
+
+
 def member_probes(pods: list[dict]) -> list[MemberProbe]:
     """The ``/health`` URL of every member pod that Kubernetes says is ready. A pod that is not
     ready, or going away, is already something the reconcile hears of (its readiness reaches
     the EtcdCluster through the members' Endpoints); the watch looks for what it does not hear.
-    The metrics port serves ``/health`` without a client certificate; without client TLS
-    there is none and the client port serves it."""
+    The metrics port serves ``/health`` without a client certificate (members created before
+    it existed serve it on the client port).
+
+    Not members running etcd 3.4: their ``/health`` is a v2 quorum read (``QGET``) that goes
+    through raft into the write-ahead log, and etcd 3.6 refuses to start on a log holding v2
+    requests (``detected disallowed v2 WAL``), which would break the upgrade to 3.6 of a
+    cluster watched on 3.4. Their alarms are seen at the operator's next look, as before the
+    watch existed."""
     probes = []
     for pod in pods:
         meta = pod.get("metadata", {})
@@ -98,7 +116,7 @@ def member_probes(pods: list[dict]) -> list[MemberProbe]:
         port = _container_port(pod, "metrics") or _container_port(pod, "client")
         if not (cluster and member and ip and port) or meta.get("deletionTimestamp"):
             continue
-        if not _ready(pod):
+        if not _ready(pod) or _etcd_version(pod).startswith("3.4."):
             continue
         host = f"[{ip}]" if ":" in ip else ip
         probes.append(
@@ -216,6 +234,8 @@ class HealthWatch:
         self.kube, self.namespaces, self.interval, self.log = kube, namespaces, interval, log
         self.memory = NudgeMemory()
         self.pool = ThreadPoolExecutor(max_workers=PROBE_WORKERS)
+        # The last round's answers, for the metrics (qk_metrics): replaced whole each round.
+        self.verdicts: dict[tuple[str, str], dict[str, str]] = {}
 
     def _list(self, api_version, kind, label_selector=None):
         """From the API server's watch cache (resourceVersion=0): it is polled every few
@@ -243,6 +263,7 @@ class HealthWatch:
         answers = self.pool.map(probe, [p.url for p in probes])
         for each, verdict in zip(probes, answers, strict=True):
             verdicts.setdefault((each.namespace, each.cluster), {})[each.member] = verdict
+        self.verdicts = verdicts
         nudges = plan_nudges(clusters, verdicts, self.memory, time.monotonic())
         for namespace, name, problems in nudges:
             value = annotation_value(problems, now_timestamp())
@@ -282,6 +303,12 @@ def main(argv=None) -> int:
         default=float(os.environ.get("QK_HEALTH_WATCH_INTERVAL") or DEFAULT_INTERVAL_SECONDS),
         help="seconds between two looks at every member (QK_HEALTH_WATCH_INTERVAL)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ.get("QK_METRICS_PORT") or DEFAULT_EXPORTER_PORT),
+        help="serve the operator's metrics (qk_metrics) on this port, 0 for none (QK_METRICS_PORT)",
+    )
     parser.add_argument("--once", action="store_true", help="look once, print the nudges")
     args = parser.parse_args(argv)
     namespaces = watch_namespaces(os.environ.get("WATCH_NAMESPACE"))
@@ -291,6 +318,9 @@ def main(argv=None) -> int:
     if args.once:
         print(json.dumps(watch.run_once()))
         return 0
+    if args.metrics_port:
+        MetricsServer(watch._list, lambda: watch.verdicts, args.metrics_port).start()
+        print(f"health-watch: the operator's metrics on :{args.metrics_port}/metrics", flush=True)
     watch.run_forever()
     return 0
 

@@ -162,9 +162,8 @@ def tls_volumes(tls):
     return volumes
 
 
-def tls_flags(tls, metrics_port):
-    """etcd's TLS flags for an EtcdPeer's ``tls``. With client TLS, metrics and /health are
-    also served on a plain-HTTP port, so that scrapers need no client certificate."""
+def tls_flags(tls):
+    """etcd's TLS flags for an EtcdPeer's ``tls``."""
     flags = []
     client = tls.get("client")
     if client:
@@ -173,7 +172,6 @@ def tls_flags(tls, metrics_port):
             f"--key-file={CLIENT_TLS_DIR}/tls.key",
             f"--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt",
             f"--client-cert-auth={'true' if client.get('clientCertAuth', True) else 'false'}",
-            f"--listen-metrics-urls=http://0.0.0.0:{metrics_port}",
         ]
     if tls.get("peer"):
         flags += [
@@ -212,6 +210,19 @@ def default_spreading(cluster):
     }
 
 
+def scrape_annotations(annotations, metrics_port):
+    """The annotations a Prometheus without the Prometheus operator scrapes pods by
+    (``prometheus.io/*``), pointing at the metrics port; none when the pod template sets
+    ``prometheus.io/scrape`` itself."""
+    if "prometheus.io/scrape" in annotations:
+        return {}
+    return {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(metrics_port),
+        "prometheus.io/path": "/metrics",
+    }
+
+
 def render_replicaset(peer_name, namespace, spec, settings=None):
     """A ReplicaSet of one pod running the member.
 
@@ -247,15 +258,18 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
             f"--initial-cluster={initial}",
             f"--initial-cluster-state={state}",
             f"--initial-cluster-token={cluster}",
+            # Metrics and /health on a port of their own, plain HTTP whatever the client
+            # traffic's TLS: scrapers and the health watch need no client certificate.
+            f"--listen-metrics-urls=http://0.0.0.0:{settings['metrics_port']}",
             # Disaster recovery only: one start as a one-member cluster on the survivor's data.
             *(["--force-new-cluster"] if spec.get("forceNewCluster") else []),
-            *tls_flags(tls, settings["metrics_port"]),
+            *tls_flags(tls),
             *option_flags(spec.get("options")),
         ],
         "ports": [
             {"name": "client", "containerPort": client_port},
             {"name": "peer", "containerPort": peer_port},
-            *([{"name": "metrics", "containerPort": settings["metrics_port"]}] if tls else []),
+            {"name": "metrics", "containerPort": settings["metrics_port"]},
         ],
         "readinessProbe": {
             "tcpSocket": {"port": client_port},
@@ -299,6 +313,7 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
     pod_metadata = {"labels": labels}
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     pod_metadata["annotations"] = {
+        **scrape_annotations(annotations, settings["metrics_port"]),
         **annotations,
         CONFIG_HASH_ANNOTATION: config_hash(peer_config(spec)),
     }

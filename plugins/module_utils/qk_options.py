@@ -96,6 +96,7 @@ _FLAGS = (
     ("heartbeatIntervalMs", "--heartbeat-interval"),
     ("electionTimeoutMs", "--election-timeout"),
     ("maxRequestBytes", "--max-request-bytes"),
+    ("metrics", "--metrics"),
 )
 
 

@@ -714,11 +714,14 @@ class WarmServer:
                 continue
             if self.wakeup_read in ready:
                 os.read(self.wakeup_read, 4096)
-            self.reap()
-            if self.listener is not None and self.listener in ready:
-                self.accept()
-            if self.learn_read in ready:
-                self.learn_templates()
+            try:
+                self.reap()
+                if self.listener is not None and self.listener in ready:
+                    self.accept()
+                if self.learn_read in ready:
+                    self.learn_templates()
+            except Exception as exc:  # noqa: BLE001 - one bad request must not end the server
+                self.say(f"{exc!r}")
         self.say(f"stopped after {self.stats['runs']} runs")
 
     def stop_listening(self) -> None:
@@ -750,8 +753,9 @@ class WarmServer:
             pid = os.fork()
             if pid == 0:
                 self.run_child(request, fds)
-            conn.sendall(STARTED + struct.pack("!I", pid))
             self.children[pid] = conn
+            with contextlib.suppress(OSError):  # a client gone: its child runs out anyway
+                conn.sendall(STARTED + struct.pack("!I", pid))
         finally:
             for fd in fds:
                 os.close(fd)

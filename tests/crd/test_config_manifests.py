@@ -153,8 +153,11 @@ def test_manager_deployment(rendered):
         "--max-concurrent-reconciles=4",
         "--leader-election-id=quorumkeeper",
         "--health-probe-bind-address=:6789",
-        "--metrics-bind-address=127.0.0.1:8080",
+        "--metrics-bind-address=:8080",
     ]
+    # Both metrics endpoints are named ports: config/prometheus's PodMonitor scrapes them.
+    assert c["ports"] == [{"name": "metrics", "containerPort": 8080, "protocol": "TCP"}]
+    assert watch["ports"] == [{"name": "exporter", "containerPort": 8081, "protocol": "TCP"}]
     env = {e["name"]: e for e in c["env"]}
     assert env["WATCH_NAMESPACE"]["value"] == ""
     assert env["ANSIBLE_GATHERING"]["value"] == "explicit"
@@ -181,6 +184,7 @@ def test_manager_deployment(rendered):
         "PYTHONPATH": "/opt/ansible/collections",
         "WATCH_NAMESPACE": "",
         "QK_HEALTH_WATCH_INTERVAL": "5",
+        "QK_METRICS_PORT": "8081",
     }
     assert watch["resources"]["limits"] == {"cpu": "200m", "memory": "128Mi"}
     assert watch["securityContext"]["allowPrivilegeEscalation"] is False
@@ -367,7 +371,7 @@ def test_sample_pod_fields_are_valid_pod_fields(kube_api, namespace):
         "kind": "Pod",
         "metadata": {
             "name": "probe",
-            "annotations": tpl["metadata"]["annotations"],
+            "annotations": (tpl.get("metadata") or {}).get("annotations", {}),
             "labels": {"etcd.quorumkeeper.dev/cluster": "my-cluster"},
         },
         "spec": {
@@ -412,7 +416,12 @@ def test_watches():
         (play,) = yaml.safe_load((ROOT / w["playbook"]).read_text())
         assert play["hosts"] == "localhost" and play["gather_facts"] is False
         assert play["roles"] == [role]
-        assert set(play) <= {"name", "hosts", "gather_facts", "module_defaults", "roles"}
+        assert set(play) <= {"name", "hosts", "gather_facts", "vars", "module_defaults", "roles"}
+        # Modules run in the operator's warm interpreter (QK_MODULE_PYTHON, the image's
+        # bin/module-python), else in ansible-playbook's own: nothing else is set per play.
+        assert set(play.get("vars") or {}) == {"ansible_python_interpreter"}
+        interpreter = play["vars"]["ansible_python_interpreter"]
+        assert "'QK_MODULE_PYTHON'" in interpreter and "ansible_playbook_python" in interpreter
         # Events and status default to the reconciled object (the roles name no other).
         # etcd modules default to the operator's client certificate of a TLS cluster, which
         # the role's etcd_cluster_tls task registers as <role>_tls, to root's password file
@@ -490,6 +499,7 @@ def test_dockerfile():
         "library/",
         "plugins/",
         "collections/",
+        "bin/",
     ]
     for src, dest in copies:
         assert dest.startswith("${HOME}/"), dest

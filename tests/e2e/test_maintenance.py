@@ -8,6 +8,7 @@ configuration a member cannot run stops the rollout at that member until it is p
 from __future__ import annotations
 
 import json
+import urllib.request
 
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
@@ -44,6 +45,26 @@ def fill_to_nospace(endpoint, keys=4, limit=2000):
     raise AssertionError(f"no NOSPACE after {limit} writes")
 
 
+def watch_verdicts(kube, namespace, cluster) -> dict[str, float]:
+    """The health watch's last /health answer of each member of a cluster, from the operator's
+    metrics (quorumkeeper_etcd_member_serving: 1 serves, 0 does not)."""
+    (pod,) = kube.get("pods", namespace="quorumkeeper-system", selector="control-plane")["items"]
+    url = f"http://{pod['status']['podIP']}:8081/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    found = {}
+    for line in text.splitlines():
+        if line.startswith("quorumkeeper_etcd_member_serving{") and (
+            f'namespace="{namespace}"' in line and f'etcdcluster="{cluster}"' in line
+        ):
+            member = line.split('member="', 1)[1].split('"', 1)[0]
+            found[member] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
 def test_a_cluster_out_of_space_accepts_writes_again(etcd_cluster):
     kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
     manifest = etcd_cluster.manifest(3)
@@ -60,10 +81,17 @@ def test_a_cluster_out_of_space_accepts_writes_again(etcd_cluster):
     args = etcd_cluster.pod_of(f"{name}-0")["spec"]["containers"][0]["args"]
     assert f"--quota-backend-bytes={QUOTA}" in args and "--auto-compaction-mode=periodic" in args
 
+    # Settled, and looked at by the health watch: the operator's own next look is the steady
+    # one, minutes away, so what wakes it for the alarm below is the watch.
+    wait_until(
+        "the health watch seeing every member serve",
+        lambda: watch_verdicts(kube, ns, name) == {f"{name}-{i}": 1.0 for i in range(3)},
+        60,
+    )
     endpoint = etcd_cluster.client_endpoint()
     possible = fill_to_nospace(endpoint)
     assert len(possible) == 4
-    # Nothing in Kubernetes changes when etcd raises an alarm, and the status of this steady
+    # Nothing in Kubernetes changes when etcd raises an alarm, and the status of a steady
     # cluster far from its quota (as the operator last saw it) would not be looked at again
     # for 5 minutes: the health watch sees the alarm in /health and wakes the reconcile.
     wait_until(

@@ -94,7 +94,9 @@ def test_member_pod_mounts_its_secrets_and_runs_with_tls_flags():
         "peer-tls": "c-peer-tls",
     }
     plain = render_replicaset("c-0", "ns", {**spec, "tls": {}})["spec"]["template"]["spec"]
-    assert not any("tls" in a or "metrics" in a for a in plain["containers"][0]["args"])
+    assert not any("tls" in a or "cert" in a for a in plain["containers"][0]["args"])
+    # Metrics on their own plain-HTTP port whether or not the clients use TLS.
+    assert "--listen-metrics-urls=http://0.0.0.0:2381" in plain["containers"][0]["args"]
     assert [v["name"] for v in plain["volumes"]] == ["data"]
 
 

@@ -14,7 +14,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch 
 )
 
 
-def pod(name, cluster="c", ip="10.0.0.1", ready=True, ports=("client",), deleting=False):
+def pod(
+    name, cluster="c", ip="10.0.0.1", ready=True, ports=("client",), deleting=False, v="3.6.16"
+):
     meta = {
         "name": name,
         "namespace": "ns",
@@ -27,7 +29,11 @@ def pod(name, cluster="c", ip="10.0.0.1", ready=True, ports=("client",), deletin
         "metadata": meta,
         "spec": {
             "containers": [
-                {"name": "etcd", "ports": [{"name": p, "containerPort": numbers[p]} for p in ports]}
+                {
+                    "name": "etcd",
+                    "image": f"quay.io/coreos/etcd:v{v}",
+                    "ports": [{"name": p, "containerPort": numbers[p]} for p in ports],
+                }
             ]
         },
         "status": {
@@ -62,6 +68,8 @@ def test_only_ready_member_pods_are_asked_on_the_port_that_needs_no_certificate(
             pod("c-3", deleting=True),
             pod("c-4", ip=""),
             pod("c-5", ip="fd00::5"),
+            # etcd 3.4's /health writes a v2 request to the log, which 3.6 refuses to start on.
+            pod("c-6", v="3.4.23"),
             {"metadata": {"name": "helper", "labels": {}}, "spec": {}, "status": {}},
         ]
     )

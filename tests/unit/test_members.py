@@ -108,6 +108,17 @@ def test_the_pod_says_which_configuration_it_was_started_with():
     assert summarize_pod({"metadata": {"name": "c-0-y"}})["config_hash"] is None
 
 
+def test_members_serve_metrics_on_a_port_of_their_own_with_scrape_annotations():
+    pod = render_replicaset("c-0", "ns", copy.deepcopy(SPEC))["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    assert "--listen-metrics-urls=http://0.0.0.0:2381" in container["args"]
+    assert {"name": "metrics", "containerPort": 2381} in container["ports"]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == "2381"
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+
 def test_replicaset_takes_the_pod_template_settings():
     spec = copy.deepcopy(SPEC)
     spec["podTemplate"] = {

@@ -94,12 +94,16 @@ def test_effective_options_resolve_defaults_and_quantities():
 
 def test_flags():
     options = effective_options(
-        {"storage": storage("1Gi"), "options": {"snapshotCount": 20000, "maxRequestBytes": "2Mi"}}
+        {
+            "storage": storage("1Gi"),
+            "options": {"snapshotCount": 20000, "maxRequestBytes": "2Mi", "metrics": "extensive"},
+        }
     )
     assert option_flags(options) == [
         f"--quota-backend-bytes={512 * MIB}",
         "--snapshot-count=20000",
         f"--max-request-bytes={2 * MIB}",
+        "--metrics=extensive",
         "--auto-compaction-mode=periodic",
         "--auto-compaction-retention=5m",
     ]

@@ -1,0 +1,219 @@
+"""Observability end to end, with a real Prometheus (the toolchain's, built from the Go module
+proxy) scraping the local cluster with the scrape jobs of config/prometheus/scrape-configs.yaml
+and the alert rules of config/prometheus/rules.yaml:
+
+- every query of the Grafana dashboard returns series for a running cluster with a backup;
+- a member cut off the network makes EtcdMemberDown fire, and it clears once the member serves
+  again;
+- a backup schedule whose backups stop succeeding makes EtcdBackupTooOld fire.
+
+The rules are the shipped ones except their `for` durations, all shortened to 5 s so that the
+test does not wait minutes (tests/prometheus/alerts_test.yaml checks the real ones)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+from backuphelpers import SECRET, credentials_secret, object_url
+from dashboardhelpers import dashboard, queries
+from kubehelpers import ROOT, STATE, WaitTimeout, wait_until
+from prometheushelpers import tool
+
+sys.path.insert(0, str(ROOT / "hack" / "cluster"))
+
+import faults  # noqa: E402
+
+pytestmark = pytest.mark.cluster
+
+BUCKET = "observability"
+SCHEDULES = "etcdbackupschedules.etcd.quorumkeeper.dev"
+INTERVAL = "2s"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Prometheus:
+    """A Prometheus process on this host, scraping the local cluster through its API server."""
+
+    def __init__(self, workdir: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        rules = yaml.safe_load((ROOT / "config" / "prometheus" / "rules.yaml").read_text())
+        for group in rules["spec"]["groups"]:
+            for rule in group["rules"]:
+                if "for" in rule:
+                    rule["for"] = "5s"
+        (workdir / "rules.yml").write_text(yaml.safe_dump({"groups": rules["spec"]["groups"]}))
+        jobs = yaml.safe_load((ROOT / "config" / "prometheus" / "scrape-configs.yaml").read_text())
+        for job in jobs:
+            for discovery in job["kubernetes_sd_configs"]:
+                discovery["kubeconfig_file"] = str(STATE / "kubeconfig")
+        config = {
+            "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
+            "rule_files": [str(workdir / "rules.yml")],
+            "scrape_configs": jobs,
+        }
+        (workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
+        binary = tool("prometheus")
+        self.log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+            ],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        wait_until("Prometheus ready", self.ready, timeout=60)
+
+    def ready(self) -> bool:
+        assert self.process.poll() is None, "Prometheus exited; see prometheus.log"
+        try:
+            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def api(self, path: str, **params) -> dict:
+        query = urllib.parse.urlencode(params)
+        with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=10) as response:
+            body = json.loads(response.read())
+        assert body["status"] == "success", body
+        return body["data"]
+
+    def query(self, expr: str) -> list[dict]:
+        return self.api("query", query=expr)["result"]
+
+    def firing(self, alertname: str, **labels) -> list[dict]:
+        return [
+            a
+            for a in self.api("alerts")["alerts"]
+            if a["labels"].get("alertname") == alertname
+            and a["state"] == "firing"
+            and all(a["labels"].get(k) == v for k, v in labels.items())
+        ]
+
+    def stop(self):
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self.log.close()
+
+
+@pytest.fixture
+def prometheus(operator, tmp_path):
+    server = Prometheus(tmp_path)
+    yield server
+    server.stop()
+
+
+def schedule_manifest(url: str) -> dict:
+    return {
+        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+        "kind": "EtcdBackupSchedule",
+        "metadata": {"name": "often"},
+        "spec": {
+            "schedule": "@every 10s",
+            "backupTemplate": {
+                "source": {"clusterName": "e2e"},
+                "destination": {"objectURLTemplate": url, "credentialsSecret": SECRET},
+            },
+            "retention": {"maxBackups": 2},
+        },
+    }
+
+
+def test_prometheus_sees_the_clusters_alerts_fire_and_clear_and_the_dashboard_has_data(
+    etcd_cluster, prometheus, s3, s3_port
+):
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    for i in range(20):
+        etcd_cluster.put(f"/observed/{i}", "x")
+    kube.apply(credentials_secret(), namespace=ns)
+    kube.apply(schedule_manifest(object_url(BUCKET, s3_port)), namespace=ns)
+
+    cluster = f'namespace="{ns}", etcdcluster="{name}"'
+    wait_until(
+        "Prometheus scraping the 3 members and the operator's gauges of the cluster",
+        lambda: (
+            len(prometheus.query(f'up{{job="etcd", {cluster}}} == 1')) == 3
+            and prometheus.query(f"quorumkeeper_etcdcluster_available{{{cluster}}} == 1")
+            and prometheus.query(
+                f"quorumkeeper_etcdbackup_last_verified_timestamp_seconds{{{cluster}}}"
+            )
+        ),
+        timeout=180,
+        interval=2,
+    )
+
+    # Every panel of the dashboard has something to show (rate windows need a few scrapes).
+    variables = {"$namespace": ns, "$cluster": name, "$__rate_interval": "1m"}
+
+    empty: list[tuple[str, str]] = []
+
+    def every_query_has_series():
+        empty[:] = [
+            (title, expr)
+            for title, expr in queries(dashboard(), variables)
+            if not prometheus.query(expr)
+        ]
+        return not empty
+
+    try:
+        wait_until("every dashboard query returning series", every_query_has_series, timeout=60)
+    except WaitTimeout as timeout:
+        raise AssertionError(f"dashboard queries without series: {empty}") from timeout
+    assert not prometheus.firing("EtcdMemberDown", namespace=ns, etcdcluster=name)
+
+    # A member cut off the network is down for Prometheus, and then no more.
+    member = f"{name}-1"
+    pod = etcd_cluster.pod_of(member)["metadata"]["name"]
+    faults.partition_pod(ns, pod)
+    try:
+        wait_until(
+            f"EtcdMemberDown firing for {member}",
+            lambda: prometheus.firing("EtcdMemberDown", namespace=ns, member=member),
+            timeout=90,
+            interval=1,
+        )
+    finally:
+        faults.heal_pod(ns, pod)
+    etcd_cluster.wait_available(3)
+    wait_until(
+        f"EtcdMemberDown cleared for {member}",
+        lambda: not prometheus.firing("EtcdMemberDown", namespace=ns, member=member),
+        timeout=90,
+        interval=1,
+    )
+
+    # Backups that stop succeeding: the schedule's last success ages past two intervals.
+    assert not prometheus.firing("EtcdBackupTooOld", namespace=ns, etcdbackupschedule="often")
+    broken = schedule_manifest(object_url("no-such-bucket", s3_port))
+    kube.apply(broken, namespace=ns)
+    alert = wait_until(
+        "EtcdBackupTooOld firing",
+        lambda: prometheus.firing("EtcdBackupTooOld", namespace=ns, etcdbackupschedule="often"),
+        timeout=120,
+        interval=1,
+    )
+    assert alert[0]["labels"]["etcdcluster"] == name
+    assert alert[0]["annotations"]["runbook_url"].endswith("#etcdbackuptooold")
+    kube.run("delete", SCHEDULES, "often", "-n", ns)
