@@ -50,6 +50,21 @@ options:
       - The StorageClass of a claim that asks for less is read, so that C(pvcs) says whether it
         can grow in place (C(expandable)); omitted, no StorageClass is read.
     type: raw
+  wait_ready:
+    description:
+      - Members (EtcdPeer names) whose pod Kubernetes should say is ready before the
+        observation, waited for up to I(wait_ready_timeout) seconds (the pods are listed every
+        0.2 s); the observation is made then whatever the pods say.
+      - After a step that started a member, its pod is usually ready within a second (a 1 s
+        readiness probe); observing before that would report it not ready, and the readiness
+        would take one more reconcile to be reported.
+    type: list
+    elements: str
+    default: []
+  wait_ready_timeout:
+    description: Seconds to wait for the pods of I(wait_ready).
+    type: float
+    default: 3
 extends_documentation_fragment:
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
@@ -146,6 +161,8 @@ etcd:
   returned: always
 """
 
+
+import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
@@ -286,6 +303,22 @@ def node_zones(direct, nodes):
             raise
         return {}
     return zones
+
+
+def wait_for_ready_pods(p, direct):
+    """Until every pod of ``wait_ready`` is ready, or ``wait_ready_timeout`` has passed."""
+    wanted = set(p["wait_ready"])
+    deadline = time.monotonic() + p["wait_ready_timeout"]
+    selector = f"{CLUSTER_LABEL}={p['name']}"
+    while wanted:
+        ready = {
+            (pod["metadata"].get("labels") or {}).get(PEER_LABEL)
+            for pod in direct.list("v1", "Pod", p["namespace"], label_selector=selector)
+            if summarize_pod(pod)["ready"]
+        }
+        if wanted <= ready or time.monotonic() >= deadline:
+            return
+        time.sleep(0.2)
 
 
 def observe_kubernetes(p, cached, direct):
@@ -458,6 +491,8 @@ ARGUMENT_SPEC = {
     "cluster_domain": {"type": "str", "default": DEFAULT_DOMAIN},
     "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
     "volume_size": {"type": "raw"},
+    "wait_ready": {"type": "list", "elements": "str", "default": []},
+    "wait_ready_timeout": {"type": "float", "default": 3},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }
@@ -474,6 +509,7 @@ def main():
     p = module.params
     try:
         cached, direct = operator_clients(p)
+        wait_for_ready_pods(p, direct)
         observed = observe_kubernetes(p, cached, direct)
     except (KubeConfigError, KubeError, ValueError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")

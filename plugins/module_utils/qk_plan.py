@@ -89,7 +89,10 @@ With a healthy quorum (the rules below return None without one):
   sooner than the steady period, is its countdown).
 
 A step whose result shows only later (pods starting) says ``observe_after: False``: observing
-right after it would only cost time. Every step says when the next reconcile should come
+right after it would only cost time; one that finishes a change by starting members names them
+in ``wait_ready``, and the observation after it waits a few seconds for their pods to be ready
+(the change is then reported done in this reconcile). Every step says when the next reconcile
+should come
 (``requeue``): ``next`` (a following step can be taken at once), ``event`` (a watched change
 will come: a pod becoming ready; the period is only a fallback), ``poll`` (something no event
 announces, etcd answering, is checked soon), ``degraded`` (waiting for something outside the

@@ -99,7 +99,9 @@ def bootstrap(ctx: PlanContext) -> Step | None:
             "event",
             initial_cluster=initial,
             peers_to_create=missing,
-            observe_after=False,
+            # Started together, they are ready within a few seconds: reported Available in this
+            # reconcile rather than in the ones their readiness would wake.
+            wait_ready=missing,
         )
     return make_step(
         "wait", "Bootstrapping", "waiting for the initial members to form a quorum", "event"
@@ -229,6 +231,7 @@ def add_member(ctx: PlanContext) -> Step | None:
     taken = {ordinal_of(n) for n in list(ctx.peers) + list(ctx.by_peer)}
     ordinal = next(i for i in range(len(taken) + 1) if i not in taken)
     name = peer_name(ctx.cluster, ordinal)
+    last = len(ctx.voters) + 1 == ctx.replicas
     return make_step(
         "add_member",
         "ScalingUp",
@@ -236,6 +239,8 @@ def add_member(ctx: PlanContext) -> Step | None:
         peer=name,
         voters_after=len(ctx.voters) + 1,
         version=new_member_version(ctx),
+        # The scale's last member: its pod's readiness is reported in this reconcile.
+        wait_ready=[name] if last else [],
     )
 
 

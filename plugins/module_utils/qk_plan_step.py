@@ -70,6 +70,10 @@ class Step(TypedDict, total=False):
     # False: the step's result shows only later (pods starting), observing right after it
     # would only cost time.
     observe_after: bool
+    # Members whose pod the observation after the step waits to be ready for (a few seconds):
+    # when the step finishes a change, reporting it done in this reconcile rather than the
+    # next one that the pod's readiness would wake.
+    wait_ready: list[str]
     peer: str  # the member the step is about
     member: dict | None  # its entry in etcd's member list (None: etcd no longer lists it)
     version: str  # the version it starts with

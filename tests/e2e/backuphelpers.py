@@ -80,6 +80,33 @@ def backup_manifest(
     }
 
 
+def schedule_manifest(
+    destination: dict,
+    name: str = "often",
+    schedule: str = "@every 10s",
+    max_backups: int | None = 2,
+    **template,
+) -> dict:
+    """An EtcdBackupSchedule of cluster ``e2e`` to ``destination`` (objectURLTemplate and maybe
+    credentialsSecret); ``template`` adds to its backupTemplate (``verify=False``)."""
+    spec = {
+        "schedule": schedule,
+        "backupTemplate": {
+            "source": {"clusterName": "e2e"},
+            "destination": destination,
+            **template,
+        },
+    }
+    if max_backups is not None:
+        spec["retention"] = {"maxBackups": max_backups}
+    return {
+        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+        "kind": "EtcdBackupSchedule",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
 def wait_backup(kube, namespace: str, name: str, phase: str, timeout: float) -> dict:
     """The status of EtcdBackup ``name`` once it is in ``phase``; the last status seen if not."""
     seen: list[dict] = []

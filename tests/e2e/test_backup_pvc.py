@@ -10,7 +10,7 @@ import hashlib
 from pathlib import Path
 
 import pytest
-from backuphelpers import backup_manifest, snapshot_status, wait_backup
+from backuphelpers import backup_manifest, schedule_manifest, snapshot_status, wait_backup
 from kubehelpers import BACKUPS, wait_until
 from test_restore import keyspace, restore, revision, wait_restore
 
@@ -126,23 +126,8 @@ def test_schedule_retention_deletes_files_from_the_claim(etcd_cluster):
     kube.apply(claim(), namespace=ns)
     etcd_cluster.create(1)
     etcd_cluster.wait_available(1)
-    kube.apply(
-        {
-            "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-            "kind": "EtcdBackupSchedule",
-            "metadata": {"name": "often"},
-            "spec": {
-                "schedule": "@every 10s",
-                "backupTemplate": {
-                    "source": {"clusterName": "e2e"},
-                    "destination": {"objectURLTemplate": f"pvc://{CLAIM}/often/{{{{ .UID }}}}.db"},
-                    "verify": False,
-                },
-                "retention": {"maxBackups": 1},
-            },
-        },
-        namespace=ns,
-    )
+    destination = {"objectURLTemplate": f"pvc://{CLAIM}/often/{{{{ .UID }}}}.db"}
+    kube.apply(schedule_manifest(destination, max_backups=1, verify=False), namespace=ns)
     directory = claim_directory(kube, ns) / "often"
     seen = {}
 

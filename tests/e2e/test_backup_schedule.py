@@ -10,7 +10,7 @@ import json
 import time
 
 import pytest
-from backuphelpers import KEYS, credentials_secret, object_url
+from backuphelpers import KEYS, SECRET, credentials_secret, object_url, schedule_manifest
 from kubehelpers import BACKUPS, wait_until
 
 OPERATOR_NAMESPACE = "quorumkeeper-system"
@@ -79,25 +79,8 @@ def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster,
     etcd_cluster.wait_available(1)
     etcd_cluster.put("/scheduled", "yes")
     kube.apply(credentials_secret(), namespace=ns)
-    kube.apply(
-        {
-            "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-            "kind": "EtcdBackupSchedule",
-            "metadata": {"name": "often"},
-            "spec": {
-                "schedule": "@every 10s",
-                "backupTemplate": {
-                    "source": {"clusterName": "e2e"},
-                    "destination": {
-                        "objectURLTemplate": object_url(BUCKET, s3_port),
-                        "credentialsSecret": "s3-credentials",
-                    },
-                },
-                "retention": {"maxBackups": 2},
-            },
-        },
-        namespace=ns,
-    )
+    destination = {"objectURLTemplate": object_url(BUCKET, s3_port), "credentialsSecret": SECRET}
+    kube.apply(schedule_manifest(destination), namespace=ns)
     schedule = Schedule(kube, ns, "often")
 
     # Every backup ever seen, by name, so that pruned ones can be checked for their objects.

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from backuphelpers import SECRET, credentials_secret, object_url
+from backuphelpers import SECRET, credentials_secret, object_url, schedule_manifest
 from dashboardhelpers import dashboard, queries
 from kubehelpers import ROOT, STATE, WaitTimeout, wait_until
 from prometheushelpers import tool
@@ -123,20 +123,8 @@ def prometheus(operator, tmp_path):
     server.stop()
 
 
-def schedule_manifest(url: str) -> dict:
-    return {
-        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
-        "kind": "EtcdBackupSchedule",
-        "metadata": {"name": "often"},
-        "spec": {
-            "schedule": "@every 10s",
-            "backupTemplate": {
-                "source": {"clusterName": "e2e"},
-                "destination": {"objectURLTemplate": url, "credentialsSecret": SECRET},
-            },
-            "retention": {"maxBackups": 2},
-        },
-    }
+def schedule(url: str) -> dict:
+    return schedule_manifest({"objectURLTemplate": url, "credentialsSecret": SECRET})
 
 
 def test_prometheus_sees_the_clusters_alerts_fire_and_clear_and_the_dashboard_has_data(
@@ -148,7 +136,7 @@ def test_prometheus_sees_the_clusters_alerts_fire_and_clear_and_the_dashboard_ha
     for i in range(20):
         etcd_cluster.put(f"/observed/{i}", "x")
     kube.apply(credentials_secret(), namespace=ns)
-    kube.apply(schedule_manifest(object_url(BUCKET, s3_port)), namespace=ns)
+    kube.apply(schedule(object_url(BUCKET, s3_port)), namespace=ns)
 
     cluster = f'namespace="{ns}", etcdcluster="{name}"'
     wait_until(
@@ -206,7 +194,7 @@ def test_prometheus_sees_the_clusters_alerts_fire_and_clear_and_the_dashboard_ha
 
     # Backups that stop succeeding: the schedule's last success ages past two intervals.
     assert not prometheus.firing("EtcdBackupTooOld", namespace=ns, etcdbackupschedule="often")
-    broken = schedule_manifest(object_url("no-such-bucket", s3_port))
+    broken = schedule(object_url("no-such-bucket", s3_port))
     kube.apply(broken, namespace=ns)
     alert = wait_until(
         "EtcdBackupTooOld firing",

@@ -475,9 +475,16 @@ def test_a_member_whose_data_is_lost_is_replaced_not_repaired():
     assert plan(observation)["action"] == "replace_member"
 
 
-def test_steps_whose_result_shows_later_are_not_observed_right_after():
-    assert plan(observed(3, []))["observe_after"] is False
-    assert "observe_after" not in plan(observed(5, started(3), healthy(3)))
+def test_steps_that_start_members_are_observed_once_their_pods_are_ready():
+    # A bootstrap starts every member at once: the observation after it waits for their pods.
+    bootstrap = plan(observed(3, []))
+    assert bootstrap["action"] == "bootstrap" and "observe_after" not in bootstrap
+    assert bootstrap["wait_ready"] == ["c-0", "c-1", "c-2"]
+    # Scaling 3 -> 5: the last member added is waited for, not the one before it.
+    first = plan(observed(5, started(3), healthy(3)))
+    assert (first["action"], first["peer"], first["wait_ready"]) == ("add_member", "c-3", [])
+    last = plan(observed(5, started(4), healthy(4)))
+    assert (last["action"], last["peer"], last["wait_ready"]) == ("add_member", "c-4", ["c-4"])
 
 
 # -- quorum lost: what a person should know and do ------------------------------------------------
