@@ -220,6 +220,7 @@ def test_etcdcluster_printer_columns():
         ("REPLICAS", ".spec.replicas"),
         ("VERSION", ".spec.version"),
         ("AVAILABLE", '.status.conditions[?(@.type=="Available")].status'),
+        ("LEADER", ".status.leader"),
         ("DB", ".status.databaseSize"),
         ("QUOTA", ".status.quotaUsedPercent"),
         ("AGE", ".metadata.creationTimestamp"),

@@ -509,6 +509,7 @@ def test_printer_columns(kube_api, namespace):
                 "status": {
                     "replicas": 3,
                     "readyReplicas": 2,
+                    "leader": "my-cluster-1",
                     "databaseSize": "412Mi",
                     "quotaUsedPercent": 41,
                     "conditions": [
@@ -541,11 +542,21 @@ def test_printer_columns(kube_api, namespace):
         "REPLICAS",
         "VERSION",
         "AVAILABLE",
+        "LEADER",
         "DB",
         "QUOTA",
         "AGE",
     ]
-    assert lines[1].split()[:7] == ["my-cluster", "2", "3", "3.6.16", "True", "412Mi", "41"]
+    assert lines[1].split()[:8] == [
+        "my-cluster",
+        "2",
+        "3",
+        "3.6.16",
+        "True",
+        "my-cluster-1",
+        "412Mi",
+        "41",
+    ]
 
     accepted(create(kube_api, namespace, sample("etcdpeer")))
     accepted(
