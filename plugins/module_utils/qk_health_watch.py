@@ -237,7 +237,7 @@ class HealthWatch:
         # The last round's answers, for the metrics (qk_metrics): replaced whole each round.
         self.verdicts: dict[tuple[str, str], dict[str, str]] = {}
 
-    def _list(self, api_version, kind, label_selector=None):
+    def list_objects(self, api_version, kind, label_selector=None):
         """From the API server's watch cache (resourceVersion=0): it is polled every few
         seconds, and a list that is a moment old is fine for choosing whom to ask."""
         items = []
@@ -250,13 +250,13 @@ class HealthWatch:
     def run_once(self) -> list[tuple[str, str, str]]:
         # All of them to plan_nudges: one no longer watched (its reconcile reported the
         # problem) is forgotten there, so that the same problem after a recovery is news.
-        clusters = self._list(API_VERSION, CLUSTER_KIND)
+        clusters = self.list_objects(API_VERSION, CLUSTER_KIND)
         names = {
             (c["metadata"]["namespace"], c["metadata"]["name"]) for c in clusters if watched(c)
         }
         probes = [
             p
-            for p in member_probes(self._list("v1", "Pod", label_selector=PEER_LABEL))
+            for p in member_probes(self.list_objects("v1", "Pod", label_selector=PEER_LABEL))
             if (p.namespace, p.cluster) in names
         ]
         verdicts: dict[tuple[str, str], dict[str, str]] = {}
@@ -319,7 +319,7 @@ def main(argv=None) -> int:
         print(json.dumps(watch.run_once()))
         return 0
     if args.metrics_port:
-        MetricsServer(watch._list, lambda: watch.verdicts, args.metrics_port).start()
+        MetricsServer(watch.list_objects, lambda: watch.verdicts, args.metrics_port).start()
         print(f"health-watch: the operator's metrics on :{args.metrics_port}/metrics", flush=True)
     watch.run_forever()
     return 0

@@ -28,7 +28,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import parse_timestamp
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_VERSION,
+    parse_timestamp,
+    quorum_size,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_retention import (
     failed_verification,
     is_good,
@@ -93,7 +97,7 @@ def fault_tolerance(members: list[dict]) -> int:
     members less the quorum of the voting members (negative: the quorum is lost)."""
     voting = [m for m in members if not m.get("isLearner")]
     healthy = [m for m in voting if m.get("healthy")]
-    return len(healthy) - (len(voting) // 2 + 1) if voting else -1
+    return len(healthy) - quorum_size(len(voting)) if voting else -1
 
 
 def cluster_metrics(out: Families, clusters: Iterable[dict]) -> None:
@@ -333,10 +337,6 @@ class MetricsServer:
         self.cached: tuple[float, str] | None = None
 
     def text(self) -> str:
-        from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
-            API_VERSION,
-        )
-
         with self.lock:
             if self.cached and time.monotonic() - self.cached[0] < CACHE_SECONDS:
                 return self.cached[1]
