@@ -26,6 +26,9 @@ COPY roles/ ${HOME}/roles/
 COPY library/ ${HOME}/library/
 COPY plugins/ ${HOME}/plugins/
 COPY collections/ ${HOME}/collections/
+# The alert rules, where roles/etcdcluster/files/alert-rules.yaml links to (spec.monitoring's
+# PrometheusRule carries them).
+COPY config/prometheus/rules.yaml ${HOME}/config/prometheus/rules.yaml
 # bin/ansible-runner first on the PATH and bin/module-python the modules' interpreter:
 # ansible-operator's runs and their modules start warm (plugins/module_utils/qk_warm_start.py,
 # docs/reconcile-cost.md).

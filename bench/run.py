@@ -37,6 +37,8 @@ Operator (medians over --runs, every sample in the result file):
 - profile: what one reconcile of each common kind costs: tasks, module runs (a new Python
   process each), CPU seconds, wall time; read from ansible-runner's job events.
 - profile_tls: the same for a cluster with operator-managed client and peer TLS.
+- metrics_series: the series one scrape of a 5-member cluster gives, with spec.options.metrics
+  basic and extensive, and the operator's series about it.
 
 Not tests: the numbers depend on the machine; they are recorded, not asserted.
 """
@@ -58,6 +60,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -765,7 +768,34 @@ def profile_rounds(pid: int, driver) -> list[dict]:
             lambda: driver.patch_spec(options={"snapshotCount": 20000}),
             lambda: wait_config_rolled(driver, 3),
         ),
+        # Last, so that the operations above stay comparable with earlier results.
+        profile_once(
+            pid,
+            "monitoring turned on (PodMonitor and PrometheusRule written)",
+            lambda: driver.patch_spec(monitoring={"podMonitor": True, "prometheusRule": True}),
+            lambda: wait_until(
+                "the monitoring objects in place",
+                lambda: driver.condition("Monitoring").get("status") == "True",
+                60,
+            ),
+        ),
+        profile_once(
+            pid,
+            "steady with spec.monitoring (nothing to do)",
+            lambda: driver.patch_spec(upgrade={"memberTimeoutSeconds": 302}),
+            lambda: None,
+        ),
     ]
+
+
+def install_monitoring_crds(kube: Kube) -> None:
+    """The Prometheus operator's CRDs, so that spec.monitoring's objects are written."""
+    crds = json.loads((CACHE / "toolchain.json").read_text())["prometheus_operator_crds"]
+    kube("apply", "--server-side", "-f", crds)
+    kube(
+        "wait", "crd", "podmonitors.monitoring.coreos.com",
+        "prometheusrules.monitoring.coreos.com", "--for=condition=Established",
+    )  # fmt: skip
 
 
 def wait_config_rolled(driver, members: int, timeout: float = 240) -> None:
@@ -842,6 +872,7 @@ class TLSClusterDriver(EtcdClusterDriver):
 
 def bench_profile(kube: Kube, runs: int, tls: bool = False) -> None:
     deploy_operator(kube)
+    install_monitoring_crds(kube)
     pid = operator_pid()
     name = "reconcile_profile_tls" if tls else "reconcile_profile"
     rounds = []
@@ -2090,6 +2121,65 @@ def bench_volume_growth(kube: Kube, runs: int) -> None:
     )
 
 
+def scraped_samples(url: str) -> int:
+    """The samples (series) one scrape of ``url`` returns."""
+    with urllib.request.urlopen(url, timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return sum(1 for line in lines if line and not line.startswith("#"))
+
+
+def bench_metrics_series(kube: Kube, runs: int) -> None:
+    """The series Prometheus stores for a 5-member cluster: every member's metrics port with
+    spec.options.metrics basic, then extensive (a rolling restart), and the operator's
+    quorumkeeper_* series about the cluster. Counted from the scrapes themselves; the number
+    does not vary between runs, so ``runs`` is not used."""
+    deploy_operator(kube)
+    driver = EtcdClusterDriver(kube, fresh_namespace(kube), name="bench")
+    CLEANUPS.append(lambda: drop_namespace(kube, driver.namespace))
+    driver.create(5)
+    driver.wait_available(5, timeout=300)
+    (operator,) = kube.get("pods", namespace="quorumkeeper-system", selector="control-plane")[
+        "items"
+    ]
+    exporter = f"http://{operator['status']['podIP']}:8081/metrics"
+
+    def count() -> dict:
+        members = {
+            pod["metadata"]["name"]: scraped_samples(
+                f"http://{pod['status']['podIP']}:2381/metrics"
+            )
+            for pod in driver.pods()
+        }
+        with urllib.request.urlopen(exporter, timeout=10) as response:
+            about = [
+                line
+                for line in response.read().decode().splitlines()
+                if f'namespace="{driver.namespace}"' in line and not line.startswith("#")
+            ]
+        return {
+            "per_member": members,
+            "members_total": sum(members.values()),
+            "operator_series_about_the_cluster": len(about),
+        }
+
+    basic = count()
+    driver.patch_spec(options={"metrics": "extensive"})
+    wait_config_rolled(driver, 5)
+    extensive = count()
+    result = {
+        "name": "metrics_series_5_members",
+        "basic": basic,
+        "extensive": extensive,
+        "note": "issue 19: samples per scrape of every member's metrics port (etcd 3.6.16, "
+        "idle cluster: request histograms grow with the methods called) and the operator's "
+        "series about the cluster",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+    }
+    write("metrics_series_5_members", result)
+    print(json.dumps(result, indent=2), flush=True)
+
+
 BENCHMARKS = {
     "cluster_up_warm": bench_cluster_up_warm,
     "pod_ready": bench_pod_ready,
@@ -2112,6 +2202,7 @@ BENCHMARKS = {
     "defragment": bench_defragment,
     "nospace": bench_nospace,
     "volume_growth": bench_volume_growth,
+    "metrics_series": bench_metrics_series,
 }
 
 

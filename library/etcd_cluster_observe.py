@@ -65,6 +65,19 @@ options:
     description: Seconds to wait for the pods of I(wait_ready).
     type: float
     default: 3
+  monitoring:
+    description:
+      - The EtcdCluster's C(spec.monitoring) (C({}) when it has none but objects may remain
+        from before); omitted, monitoring objects are not looked at.
+      - Given, the PodMonitor and PrometheusRule named after the cluster are listed (one
+        request each; a kind the API server does not serve is reported so) and compared with
+        those wanted, and C(monitoring) says what to write or delete.
+    type: dict
+  alert_rules:
+    description:
+      - The PrometheusRule whose cluster groups the cluster's PrometheusRule carries
+        (config/prometheus/rules.yaml, as text), needed with C(monitoring.prometheusRule).
+    type: str
 extends_documentation_fragment:
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
@@ -113,6 +126,12 @@ pvcs:
     C(volume_size) only).
   type: dict
   returned: always
+monitoring:
+  description: >-
+    With I(monitoring): the kinds to write (C(write)) and delete (C(delete)), and the
+    C(Monitoring) condition once done (C(condition)).
+  type: dict
+  returned: when I(monitoring) is given
 replicasets:
   description: By peer name, whether the member's ReplicaSet exists and its ReplicaFailure message.
   type: dict
@@ -164,6 +183,7 @@ etcd:
 
 import time
 
+import yaml
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     CONNECTION_REQUIRED_TOGETHER,
@@ -213,6 +233,15 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     summarize_pod,
     summarize_pvc,
     summarize_replicaset,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_monitoring import (
+    MONITORING_API_VERSION,
+    MONITORING_KINDS,
+    monitoring_failed,
+    monitoring_object_name,
+    monitoring_plan,
+    render_monitoring_objects,
+    summarize_monitoring_object,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     config_hash,
@@ -368,6 +397,7 @@ def observe_kubernetes(p, cached, direct):
         "cluster": {
             "exists": cluster is not None,
             "deleting": bool(cluster and cluster["metadata"].get("deletionTimestamp")),
+            "uid": cluster["metadata"]["uid"] if cluster else "",
         },
         "recovery_restore": recovery_restore(p, direct, cluster),
         "peers": peers,
@@ -385,6 +415,33 @@ def observe_kubernetes(p, cached, direct):
             == CLUSTER_GROUP_KIND,
         },
     }
+
+
+def observe_monitoring(p, direct, owner_uid):
+    """What spec.monitoring asks for against what exists: a list request per kind, by name (a
+    kind not served answers 404 to a list, which a missing object never does)."""
+    rules = yaml.safe_load(p["alert_rules"]) if p["alert_rules"] else {}
+    wanted = render_monitoring_objects(
+        p["name"], p["namespace"], owner_uid, p["monitoring"], rules, p["api_version"]
+    )
+    served, existing = {}, {}
+    for kind in MONITORING_KINDS:
+        try:
+            found = direct.list(
+                MONITORING_API_VERSION,
+                kind,
+                p["namespace"],
+                field_selector=f"metadata.name={monitoring_object_name(p['name'])}",
+            )
+        except KubeError as exc:
+            if not exc.not_found:
+                # Monitoring is no reason to stop managing the cluster: the condition says it.
+                return monitoring_failed(f"cannot list {kind}s: {exc}")
+            served[kind], existing[kind] = False, None
+            continue
+        served[kind] = True
+        existing[kind] = summarize_monitoring_object(found[0] if found else None, owner_uid)
+    return monitoring_plan(wanted, served, existing)
 
 
 def observe_etcd(p, peers):
@@ -493,6 +550,8 @@ ARGUMENT_SPEC = {
     "volume_size": {"type": "raw"},
     "wait_ready": {"type": "list", "elements": "str", "default": []},
     "wait_ready_timeout": {"type": "float", "default": 3},
+    "monitoring": {"type": "dict"},
+    "alert_rules": {"type": "str"},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }
@@ -511,6 +570,8 @@ def main():
         cached, direct = operator_clients(p)
         wait_for_ready_pods(p, direct)
         observed = observe_kubernetes(p, cached, direct)
+        if p["monitoring"] is not None and observed["cluster"]["uid"]:
+            observed["monitoring"] = observe_monitoring(p, direct, observed["cluster"]["uid"])
     except (KubeConfigError, KubeError, ValueError) as exc:
         module.fail_json(msg=f"cannot observe EtcdCluster {p['namespace']}/{p['name']}: {exc}")
     try:

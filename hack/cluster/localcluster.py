@@ -53,6 +53,8 @@ APISERVER_PORT = 6443
 CONTROL_PLANE_ETCD_PORT = 12379
 FORWARD_CHAIN = "QK-FORWARD"
 OPERATOR_IMAGE = "quay.io/quorumkeeper/etcd-operator:0.1.0"
+# The files the Dockerfile copies one by one (the directories are copied whole).
+IMAGE_FILES = ("watches.yaml", "requirements.yml", "ansible.cfg", "config/prometheus/rules.yaml")
 ETCD_REPOSITORY = "quay.io/coreos/etcd"
 OLM_REPOSITORY = "quay.io/operator-framework/olm"
 OPM_REPOSITORY = "quay.io/operator-framework/opm"
@@ -776,8 +778,6 @@ class LocalCluster:
         if staging.exists():
             shutil.rmtree(staging)
         staging.mkdir(parents=True)
-        for name in ("watches.yaml", "requirements.yml", "ansible.cfg"):
-            shutil.copy2(ROOT / name, staging / name)
         for name in ("bin", "playbooks", "roles", "library", "plugins", "collections"):
             shutil.copytree(
                 ROOT / name,
@@ -785,6 +785,9 @@ class LocalCluster:
                 symlinks=True,  # collections/.../plugins links to plugins/, as COPY keeps it
                 ignore=shutil.ignore_patterns("__pycache__"),
             )
+        for name in IMAGE_FILES:
+            (staging / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, staging / name)
         # Unchanged files stay untouched: the running operator reads them (test sessions running
         # side by side each deploy the operator they need).
         if image_root.exists() and tree_digest(staging) == tree_digest(image_root):

@@ -259,6 +259,25 @@ def install_prometheus() -> Path:
     return out
 
 
+def install_prometheus_operator_crds() -> Path:
+    """The Prometheus operator's CRDs that spec.monitoring writes objects of (PodMonitor,
+    PrometheusRule) and the ServiceMonitor users pair with them, copied out of its module: the
+    API server then validates the operator's objects against their real schemas. The Prometheus
+    operator itself is not run (it would start Prometheus from container images)."""
+    wrapper = TOOLCHAIN / "prometheus-operator"
+    module = "github.com/prometheus-operator/prometheus-operator"
+    version = module_version(wrapper, module)
+    out = BIN / f"prometheus-operator-crds-{version}"
+    if not (out / COMPLETE).exists():
+        source = module_dir(wrapper, module) / "example" / "prometheus-operator-crd"
+        out.mkdir(parents=True, exist_ok=True)
+        for kind in ("podmonitors", "prometheusrules", "servicemonitors"):
+            name = f"monitoring.coreos.com_{kind}.yaml"
+            shutil.copyfile(source / name, out / name)
+        (out / COMPLETE).touch()
+    return out
+
+
 def module_dir(wrapper: Path, module: str) -> Path:
     """Where the Go module cache holds `module` at the version the wrapper resolves; `go mod
     download` fetches it first if needed (`go list -m` gives no directory for a module that is
@@ -368,6 +387,7 @@ STEPS = [
     "coredns",
     "minio",
     "prometheus",
+    "prometheus-operator-crds",
     "nodeagent",
     "soak-checker",
     "olm",
@@ -404,6 +424,8 @@ def main() -> int:
         manifest["minio"] = str(install_minio())
     if "prometheus" in wanted:
         manifest["prometheus"] = str(install_prometheus())
+    if "prometheus-operator-crds" in wanted:
+        manifest["prometheus_operator_crds"] = str(install_prometheus_operator_crds())
     if "nodeagent" in wanted:
         manifest["nodeagent"] = str(install_nodeagent())
     if "soak-checker" in wanted:

@@ -56,6 +56,9 @@ KNOWN_RESOURCES = {
     ("apps/v1", "ReplicaSet"): ("replicasets", True),
     ("batch/v1", "Job"): ("jobs", True),
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
+    # Not always served: a list of a kind the API server does not serve answers 404.
+    ("monitoring.coreos.com/v1", "PodMonitor"): ("podmonitors", True),
+    ("monitoring.coreos.com/v1", "PrometheusRule"): ("prometheusrules", True),
     **{
         (API_VERSION, kind): (kind.lower() + "s", True)
         for kind in ("EtcdCluster", "EtcdPeer", "EtcdBackup", "EtcdBackupSchedule", "EtcdRestore")

@@ -25,6 +25,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance import (
     last_defragmentation,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_monitoring import NOT_REQUESTED
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     config_hash,
     fragmented_percent,
@@ -177,6 +178,9 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     spread = _spread_condition(members, cluster, pods, observed.get("zones") or {})
     if spread and not refused:
         conditions.append(spread)
+    monitoring = (observed.get("monitoring") or {}).get("condition")
+    if monitoring:
+        conditions.append(monitoring)
     phase = "Degraded" if degraded else "Available" if available else "Progressing"
     status = {
         "replicas": len(peers),
@@ -257,6 +261,7 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         and current_spread.get("message") != spread["message"]
     ):
         events.append({"reason": spread["reason"], "type": "Warning", "message": spread["message"]})
+    events += _monitoring_events(current, monitoring)
     if not refused:
         restarted_on_purpose = _upgrading_members(observed, member_statuses) | {
             p["name"] for p in peers if _reconfiguring(p)
@@ -410,6 +415,16 @@ def _near_quota_events(current_members: list | None, members: list[dict]) -> lis
             }
         )
     return events
+
+
+def _monitoring_events(current: dict, monitoring: dict | None) -> list[dict]:
+    """A Warning when the monitoring objects asked for cannot be made, once per message."""
+    if not monitoring or monitoring["status"] == "True" or monitoring["reason"] == NOT_REQUESTED:
+        return []
+    before = next((c for c in current.get("conditions") or [] if c.get("type") == "Monitoring"), {})
+    if before.get("message") == monitoring["message"]:
+        return []
+    return [{"reason": monitoring["reason"], "type": "Warning", "message": monitoring["message"]}]
 
 
 UNSPREAD_REASONS = ("QuorumOnOneNode", "QuorumInOneZone")

@@ -213,6 +213,11 @@ def test_rbac_least_privilege(rendered):
     assert core["events"] == {"create", "get", "list", "patch"}, "Events are never cached"
     assert {"create", "delete", "get", "list", "patch", "update", "watch"} <= core["services"]
     assert "pods/exec" not in core and "configmaps" not in core
+    # spec.monitoring's objects: read by name, replaced, deleted; never watched.
+    for monitoring in ("podmonitors", "prometheusrules"):
+        assert grants[("monitoring.coreos.com", monitoring)] == {
+            "create", "delete", "get", "list", "update"
+        }  # fmt: skip
     assert {"create", "delete", "get", "list", "patch", "update", "watch"} <= grants[
         ("apps", "replicasets")
     ]
@@ -499,8 +504,12 @@ def test_dockerfile():
         "library/",
         "plugins/",
         "collections/",
+        # Where the role's files/alert-rules.yaml link points (spec.monitoring's rules).
+        "config/prometheus/rules.yaml",
         "bin/",
     ]
+    link = ROOT / "roles" / "etcdcluster" / "files" / "alert-rules.yaml"
+    assert link.resolve() == ROOT / "config" / "prometheus" / "rules.yaml"
     for src, dest in copies:
         assert dest.startswith("${HOME}/"), dest
         if not src.endswith("/"):

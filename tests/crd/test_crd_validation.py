@@ -267,6 +267,40 @@ def test_reserved_annotation_prefix_rejected(kube_api, namespace):
     accepted(create(kube_api, namespace, ok))
 
 
+def test_monitoring_defaults_and_bad_labels_or_interval_rejected(kube_api, namespace):
+    made = accepted(create(kube_api, namespace, cluster(name="mon", monitoring={})))
+    assert made["spec"]["monitoring"] == {
+        "podMonitor": False,
+        "prometheusRule": False,
+        "scrapeInterval": "30s",
+    }
+    bad = cluster(
+        monitoring={
+            "scrapeInterval": "30 seconds",
+            "labels": {"bad key!": "x", "app.kubernetes.io/part-of": "y"},
+        }
+    )
+    rejected(
+        create(kube_api, namespace, bad),
+        "spec.monitoring.scrapeInterval",
+        "monitoring.labels keys must be Kubernetes label names",
+        "monitoring.labels cannot set etcd.quorumkeeper.dev/ or app.kubernetes.io/ labels",
+    )
+    rejected(
+        create(kube_api, namespace, cluster(monitoring={"labels": {"release": "not a value"}})),
+        "spec.monitoring.labels.release",
+    )
+    good = cluster(
+        name="mon-ok",
+        monitoring={
+            "podMonitor": True,
+            "scrapeInterval": "1m30s",
+            "labels": {"release": "kube-prometheus-stack", "example.com/team": "etcd"},
+        },
+    )
+    accepted(create(kube_api, namespace, good))
+
+
 def test_bad_quantities_rejected(kube_api, namespace):
     bad = copy.deepcopy(STORAGE)
     bad["volumeClaimTemplate"]["resources"]["requests"]["storage"] = "lots"

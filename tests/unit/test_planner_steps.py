@@ -37,6 +37,7 @@ NOT_STEPS = {
     "authentication",
     "report",
     "root_password",
+    "monitoring",
 }
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"
