@@ -223,6 +223,7 @@ def test_etcdcluster_printer_columns():
         ("LEADER", ".status.leader"),
         ("DB", ".status.databaseSize"),
         ("QUOTA", ".status.quotaUsedPercent"),
+        ("LAST BACKUP", ".status.lastBackup.completionTime"),
         ("AGE", ".metadata.creationTimestamp"),
     ]
 
@@ -306,6 +307,7 @@ def test_etcdcluster_status_fields():
         "databaseSize",
         "volumeSize",
         "quotaUsedPercent",
+        "lastBackup",
     }
     assert set(status["recovery"]["properties"]) == {"quorumLossSince", "last"}
     member = status["members"]["items"]["properties"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import datetime
 import json
 from pathlib import Path
 
@@ -546,6 +547,13 @@ def test_printer_columns(kube_api, namespace):
                     "leader": "my-cluster-1",
                     "databaseSize": "412Mi",
                     "quotaUsedPercent": 41,
+                    "lastBackup": {
+                        "name": "my-cluster-backup",
+                        "completionTime": (
+                            datetime.datetime.now(datetime.UTC) - datetime.timedelta(days=3)
+                        ).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "objectURL": "s3://backups/my-cluster/1.db",
+                    },
                     "conditions": [
                         {
                             "type": "Available",
@@ -579,9 +587,11 @@ def test_printer_columns(kube_api, namespace):
         "LEADER",
         "DB",
         "QUOTA",
+        "LAST",
+        "BACKUP",
         "AGE",
     ]
-    assert lines[1].split()[:8] == [
+    assert lines[1].split()[:9] == [
         "my-cluster",
         "2",
         "3",
@@ -590,6 +600,7 @@ def test_printer_columns(kube_api, namespace):
         "my-cluster-1",
         "412Mi",
         "41",
+        "3d",
     ]
 
     accepted(create(kube_api, namespace, sample("etcdpeer")))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 
 import pytest
@@ -23,7 +24,7 @@ from backuphelpers import (
 )
 from backuphelpers import backup_manifest as backup
 from damaging_s3 import DamagingMotoServer
-from kubehelpers import BACKUPS, ROOT, STATE, wait_until
+from kubehelpers import BACKUPS, CLUSTERS, ROOT, STATE, wait_until
 
 sys.path.insert(0, str(ROOT / "tests" / "modules"))
 import etcdharness  # noqa: E402
@@ -81,6 +82,15 @@ def test_backup_of_a_cluster_is_streamed_checksummed_and_restorable(
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Completed"]["status"] == "True"
     assert conditions["Failed"]["status"] == "False"
+    # Its cluster shows it (kubectl get etcdc: column LAST BACKUP).
+    assert etcd_cluster.get()["status"]["lastBackup"] == {
+        "name": "nightly",
+        "completionTime": status["completionTime"],
+        "objectURL": status["objectURL"],
+    }
+    columns = kube("get", CLUSTERS, "e2e", "-n", ns).splitlines()
+    assert columns[0].split()[-3:] == ["LAST", "BACKUP", "AGE"]
+    assert re.fullmatch(r"\d+(s|m\d*s?)", columns[1].split()[-2]), columns
 
     obj = s3.get_object(Bucket=BUCKET, Key=f"{ns}/e2e/{uid}.db")
     body = obj["Body"].read()
