@@ -137,7 +137,9 @@ replicasets:
   type: dict
   returned: always
 services:
-  description: Whether the headless (C(headless)) and client (C(client)) Services exist.
+  description: >-
+    Whether the headless (C(headless)), client (C(client)) and metrics (C(metrics)) Services
+    exist.
   type: dict
   returned: always
 pdb:
@@ -229,6 +231,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     ZONE_LABEL,
     age_seconds,
     client_service_name,
+    metrics_service_name,
     read_member_claim,
     summarize_pod,
     summarize_pvc,
@@ -369,6 +372,7 @@ def observe_kubernetes(p, cached, direct):
     services = {
         "headless": cached.get("v1", "Service", name, namespace) is not None,
         "client": cached.get("v1", "Service", client_service_name(name), namespace) is not None,
+        "metrics": cached.get("v1", "Service", metrics_service_name(name), namespace) is not None,
     }
     endpoints = cached.get("v1", "Endpoints", client_service_name(name), namespace)
     pvcs = {}

@@ -10,8 +10,10 @@ module: etcd_cluster_services
 short_description: Ensure an EtcdCluster's Services, and that its members' readiness wakes it up
 description:
   - Creates the headless Service C(<name>) (one stable DNS name per member, not-ready addresses
-    published) and the client Service C(<name>-client) when they are missing, through
-    ansible-operator's proxy so that they are owned by the EtcdCluster and watched.
+    published), the client Service C(<name>-client) and the headless metrics Service
+    C(<name>-metrics) (every member's C(metrics) port, for ServiceMonitors) when they are
+    missing, through ansible-operator's proxy so that they are owned by the EtcdCluster and
+    watched.
   - Makes sure the client Service's Endpoints carry the C(operator-sdk/primary-resource)
     annotations naming the EtcdCluster. Kubernetes rewrites those Endpoints whenever a member's
     pod becomes ready or unready or goes away; with the annotations, ansible-operator turns

@@ -83,6 +83,12 @@ def client_service_name(cluster: str) -> str:
     return f"{cluster}-client"
 
 
+def metrics_service_name(cluster: str) -> str:
+    """The headless Service that names every member's metrics port (for ServiceMonitors and
+    other Service-based discovery)."""
+    return f"{cluster}-metrics"
+
+
 def cluster_owner_reference(cluster: str, uid: str, api_version: str = API_VERSION) -> dict:
     """The controller owner reference to EtcdCluster ``cluster`` of the objects made for it
     (Secrets, PodDisruptionBudget): deleted with it, never before it."""

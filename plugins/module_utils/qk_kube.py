@@ -24,6 +24,7 @@ import json
 import os
 import ssl
 import tempfile
+import time
 import urllib.parse
 from datetime import UTC, datetime
 
@@ -64,6 +65,19 @@ KNOWN_RESOURCES = {
         for kind in ("EtcdCluster", "EtcdPeer", "EtcdBackup", "EtcdBackupSchedule", "EtcdRestore")
     },
 }
+
+# A 429 (Too Many Requests) is tried again this many times, after the Retry-After the server
+# gives (at most MAX_RETRY_AFTER seconds each).
+THROTTLED_RETRIES = 3
+MAX_RETRY_AFTER = 2.0
+
+
+def _retry_after(response) -> float:
+    try:
+        return min(max(float(response.getheader("Retry-After") or 1), 0.1), MAX_RETRY_AFTER)
+    except ValueError:
+        return 1.0
+
 
 PATCH_TYPES = {
     "merge": "application/merge-patch+json",
@@ -301,21 +315,13 @@ class KubeClient:
         headers = self._headers(
             content_type if payload is not None else None, "*/*" if text else "application/json"
         )
-        for attempt in (1, 2):
-            conn = self._connection()
-            try:
-                conn.request(method, url, body=payload, headers=headers)
-                response = conn.getresponse()
-                data = response.read()
+        for throttled in range(THROTTLED_RETRIES + 1):
+            response, data = self._send(method, url, payload, headers)
+            if response.status != 429 or throttled == THROTTLED_RETRIES:
                 break
-            except (http.client.HTTPException, ConnectionError) as exc:
-                # A kept-alive connection the server closed: retry once on a fresh one.
-                self.close()
-                if attempt == 2:
-                    raise KubeError(0, "Unreachable", f"{self.server}: {exc}") from exc
-            except OSError as exc:
-                self.close()
-                raise KubeError(0, "Unreachable", f"{self.server}: {exc}") from exc
+            # Asked to come back (API priority and fairness, a resource whose storage is still
+            # initializing just after its CRD was created): as the server says, briefly.
+            time.sleep(_retry_after(response))
         if response.status >= 400:
             reason, message = response.reason, data.decode("utf-8", "replace").strip()
             try:
@@ -330,6 +336,23 @@ class KubeClient:
         if not data:
             return None
         return json.loads(data)
+
+    def _send(self, method, url, payload, headers):
+        for attempt in (1, 2):
+            conn = self._connection()
+            try:
+                conn.request(method, url, body=payload, headers=headers)
+                response = conn.getresponse()
+                return response, response.read()
+            except (http.client.HTTPException, ConnectionError) as exc:
+                # A kept-alive connection the server closed: retry once on a fresh one.
+                self.close()
+                if attempt == 2:
+                    raise KubeError(0, "Unreachable", f"{self.server}: {exc}") from exc
+            except OSError as exc:
+                self.close()
+                raise KubeError(0, "Unreachable", f"{self.server}: {exc}") from exc
+        raise AssertionError("unreachable")
 
     # -- resources ------------------------------------------------------------------------
     def resource(self, api_version, kind):

@@ -34,6 +34,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     data_lost,
     image_reference,
     member_labels,
+    metrics_service_name,
     seconds_between,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
@@ -538,10 +539,13 @@ def _bytes_or_none(quantity) -> int | None:
 def render_services(
     cluster, namespace, client_port=DEFAULT_CLIENT_PORT, peer_port=DEFAULT_PEER_PORT
 ):
-    """The headless Service (stable member DNS names) and the client Service of a cluster.
+    """The headless Service (stable member DNS names), the client Service and the metrics
+    Service of a cluster.
 
     The headless Service publishes not-ready addresses because members must find each other
-    before any of them is ready; the client Service balances clients over ready members.
+    before any of them is ready; the client Service balances clients over ready members; the
+    metrics Service (headless too) lists every member's metrics port, ready or not, so that a
+    member that stops being ready is still scraped and seen down.
     """
     labels = member_labels(cluster)
     selector = {CLUSTER_LABEL: cluster}
@@ -571,6 +575,24 @@ def render_services(
             "spec": {
                 "selector": selector,
                 "ports": [{"name": "client", "port": client_port, "targetPort": client_port}],
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": metrics_service_name(cluster),
+                "namespace": namespace,
+                "labels": {**labels, "app.kubernetes.io/component": "etcd-metrics"},
+            },
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                # Restore and verification pods carry the cluster label with other app names.
+                "selector": {**selector, "app.kubernetes.io/name": "etcd"},
+                "ports": [
+                    {"name": "metrics", "port": DEFAULT_METRICS_PORT, "targetPort": "metrics"}
+                ],
             },
         },
     ]

@@ -34,6 +34,7 @@ HASH_ANNOTATION = f"{API_GROUP}/monitoring-hash"
 CLUSTER_RULE_GROUPS = ("quorumkeeper-etcd-cluster", "quorumkeeper-etcd-backups")
 DEFAULT_SCRAPE_INTERVAL = "30s"
 NOT_REQUESTED = "MonitoringNotRequested"
+MONITORING_FAILED = "MonitoringObjectsFailed"
 
 
 def monitoring_object_name(cluster: str) -> str:
@@ -298,7 +299,7 @@ def monitoring_failed(message: str) -> dict:
         "condition": {
             "type": "Monitoring",
             "status": "False",
-            "reason": "MonitoringObjectsFailed",
+            "reason": MONITORING_FAILED,
             "message": message,
         },
     }

@@ -25,7 +25,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance import (
     last_defragmentation,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_monitoring import NOT_REQUESTED
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_monitoring import (
+    MONITORING_FAILED,
+    NOT_REQUESTED,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     config_hash,
     fragmented_percent,
@@ -280,6 +283,9 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         # version is decided by etcd a moment after the members are up, without an event.
         requeue = "event"
     elif requeue == "steady" and _space_pressure(status, current, observed.get("now")):
+        requeue = "degraded"
+    elif requeue == "steady" and monitoring and monitoring["reason"] == MONITORING_FAILED:
+        # Nothing Kubernetes sees would bring the next try (the objects are not watched).
         requeue = "degraded"
     return {
         "status": status,

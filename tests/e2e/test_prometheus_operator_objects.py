@@ -42,6 +42,18 @@ def test_monitoring_objects_follow_the_spec_and_wait_for_the_crds(etcd_cluster, 
     kube.apply(manifest)
     try:
         etcd_cluster.wait_available(3)
+        # The metrics Service lists every member's metrics port (ServiceMonitors select it).
+        members = {p["status"]["podIP"] for p in etcd_cluster.pods()}
+
+        def metrics_endpoints():
+            endpoints = kube.get("endpoints", f"{name}-metrics", namespace)
+            (subset,) = endpoints.get("subsets") or [{}]
+            addresses = {a["ip"] for a in subset.get("addresses", [])}
+            return addresses == members and subset["ports"] == [
+                {"name": "metrics", "port": 2381, "protocol": "TCP"}
+            ]
+
+        wait_until("the metrics Service's endpoints are the members", metrics_endpoints, 30)
         skipped = wait_until(
             "the Monitoring condition says the CRDs are missing",
             lambda: (
@@ -66,7 +78,8 @@ def test_monitoring_objects_follow_the_spec_and_wait_for_the_crds(etcd_cluster, 
         in_place = wait_until(
             "the Monitoring condition says the objects are in place",
             lambda: (c := etcd_cluster.condition("Monitoring")).get("status") == "True" and c,
-            timeout=60,
+            # A new CRD's storage may answer 429 for a moment: the client waits and tries again.
+            timeout=90,
         )
         assert in_place["message"] == (
             f"PodMonitor {name} (every 15s) and PrometheusRule {name} (15 alerts) in place"

@@ -228,7 +228,7 @@ def test_observe_reports_peers_pods_claims_and_an_unreachable_etcd(kube, run_mod
     assert res["peers"][0]["pvc_uid"] == res["pvcs"]["m-0"]["uid"]
     assert res["pods"]["m-1"]["problem"]["reason"] == "ImagePullFailed"
     assert res["replicasets"]["m-0"]["exists"]
-    assert res["services"] == {"headless": False, "client": False}
+    assert res["services"] == {"headless": False, "client": False, "metrics": False}
     assert res["etcd"]["reachable"] is False and res["changed"] is False
 
 

@@ -157,7 +157,15 @@ def test_pvc_has_no_owner_and_points_at_the_cluster():
 
 
 def test_services():
-    headless, client = render_services("c", "ns")
+    headless, client, metrics = render_services("c", "ns")
+    assert metrics["metadata"]["name"] == "c-metrics"
+    assert metrics["spec"]["clusterIP"] == "None" and metrics["spec"]["publishNotReadyAddresses"]
+    assert metrics["spec"]["ports"] == [{"name": "metrics", "port": 2381, "targetPort": "metrics"}]
+    assert metrics["spec"]["selector"] == {
+        "etcd.quorumkeeper.dev/cluster": "c",
+        "app.kubernetes.io/name": "etcd",
+    }
+    assert metrics["metadata"]["labels"]["app.kubernetes.io/component"] == "etcd-metrics"
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
     assert client["metadata"]["name"] == "c-client"
