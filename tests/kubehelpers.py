@@ -104,3 +104,22 @@ class Kube:
     def events(self, namespace: str, involved: str) -> list[dict]:
         items = self.get("events", namespace=namespace)["items"]
         return [e for e in items if e["involvedObject"]["name"] == involved]
+
+
+def running_operator_pod(kube, namespace: str = "quorumkeeper-system", timeout: float = 120) -> str:
+    """The operator's one running pod: after a test that redeployed the operator, the old pod
+    may still be terminating and the new one not yet started, and a fault aimed at either would
+    miss the operator."""
+
+    def single_running():
+        pods = kube.get("pods", namespace=namespace, selector="control-plane=controller-manager")
+        live = [
+            p
+            for p in pods["items"]
+            if not p["metadata"].get("deletionTimestamp")
+            and p.get("status", {}).get("phase") == "Running"
+            and all(c.get("ready") for c in p["status"].get("containerStatuses") or [{}])
+        ]
+        return len(pods["items"]) == 1 and len(live) == 1 and live[0]["metadata"]["name"]
+
+    return wait_until("the operator's one pod running and ready", single_running, timeout)

@@ -6,7 +6,7 @@ import json
 import sys
 
 import pytest
-from kubehelpers import CLUSTERS, ROOT, wait_until
+from kubehelpers import CLUSTERS, ROOT, running_operator_pod, wait_until
 
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 import faults  # noqa: E402
@@ -139,9 +139,7 @@ def test_operator_killed_during_scale_up_converges(etcd_cluster):
         timeout=120,
         interval=0.2,
     )
-    operator_pod = kube.get(
-        "pods", namespace=OPERATOR_NAMESPACE, selector="control-plane=controller-manager"
-    )["items"][0]["metadata"]["name"]
+    operator_pod = running_operator_pod(kube, OPERATOR_NAMESPACE)
     faults.crash_pod(OPERATOR_NAMESPACE, operator_pod)
     etcd_cluster.wait_available(5, timeout=300)
     assert etcd_cluster.value("steady") == "state"

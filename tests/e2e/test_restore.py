@@ -14,7 +14,7 @@ import time
 
 import pytest
 from backuphelpers import KEYS, SECRET, backup_manifest, credentials_secret, object_url, wait_backup
-from kubehelpers import CACHE, CLUSTERS, ROOT, wait_until
+from kubehelpers import CACHE, CLUSTERS, ROOT, running_operator_pod, wait_until
 
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 import faults  # noqa: E402
@@ -248,9 +248,7 @@ def test_operator_killed_mid_restore_converges(etcd_cluster, cluster_named, s3, 
         return status.get("phase") == "Restoring" and status
 
     wait_until("the restore under way", restoring, 120, interval=0.2)
-    operator_pod = kube.get(
-        "pods", namespace=OPERATOR_NAMESPACE, selector="control-plane=controller-manager"
-    )["items"][0]["metadata"]["name"]
+    operator_pod = running_operator_pod(kube, OPERATOR_NAMESPACE)
     faults.crash_pod(OPERATOR_NAMESPACE, operator_pod)
     status = wait_restore(kube, ns, "killed", "Completed", timeout=420)
     restored = cluster_named("three")
