@@ -17,12 +17,9 @@ class InPodClient:
     """etcdctl run inside a member pod, so that the client Service's name resolves and is the
     name the server certificate is checked against, with the certificate files it is given."""
 
-    def __init__(self, kube, namespace, pod, cluster, endpoint=None):
-        """``endpoint``: default the client Service's name. A one-member cluster's pod cannot
-        reach itself through its Service's address on the local cluster (no hairpin): it uses
-        https://localhost:2379, which the server certificate covers too."""
+    def __init__(self, kube, namespace, pod, cluster):
         self.kube, self.namespace, self.pod = kube, namespace, pod
-        self.endpoint = endpoint or f"https://{cluster}-client.{namespace}.svc.cluster.local:2379"
+        self.endpoint = f"https://{cluster}-client.{namespace}.svc.cluster.local:2379"
 
     def install(self, directory, files):
         self.kube.exec(self.namespace, self.pod, "mkdir", "-p", directory)

@@ -161,7 +161,7 @@ def test_with_tls_each_user_authenticates_with_its_own_certificate(etcd_cluster)
     assert [(c["secretName"], c["subject"]) for c in users] == [(f"{name}-user-app", "app")]
 
     pod = etcd_cluster.pod_of(f"{name}-0")["metadata"]["name"]
-    client = InPodClient(kube, ns, pod, name, endpoint="https://localhost:2379")
+    client = InPodClient(kube, ns, pod, name)
     files = secret_files(kube, ns, f"{name}-user-app")
     assert files["username"] == "app" and files["password"]
     client.install("/tmp/app", {k: files[k] for k in ("ca.crt", "tls.crt", "tls.key")})

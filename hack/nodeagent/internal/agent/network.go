@@ -63,6 +63,10 @@ func SetupPodNetwork(netns, hostVeth, bridge, podIP, gateway string) error {
 	steps := [][]string{
 		{"ip", "link", "add", hostVeth, "type", "veth", "peer", "name", "eth0", "netns", netns},
 		{"ip", "link", "set", hostVeth, "master", bridge},
+		// hairpin: with br_netfilter, a pod's packet to a Service address that kube-proxy
+		// sends back to the same pod leaves through the port it came in on; without it a
+		// pod cannot reach itself through its own Service (kubelet's hairpin-veth mode)
+		{"ip", "link", "set", hostVeth, "type", "bridge_slave", "hairpin", "on"},
 		{"ip", "link", "set", hostVeth, "up"},
 		{"ip", "-n", netns, "link", "set", "lo", "up"},
 		{"ip", "-n", netns, "addr", "add", podIP + "/16", "dev", "eth0"},
