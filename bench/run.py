@@ -2100,9 +2100,60 @@ def volume_growth_once(driver, size: str) -> dict:
     }
 
 
+def volume_move_once(driver, size: str) -> dict:
+    """spec.storage grown to ``size`` on a class that cannot expand, under a writer: until
+    every member is a new one on a claim of that size (each added on it first, the old one
+    removed after) and the cluster is Available with spec.replicas members."""
+    endpoint = driver.client_endpoint()
+    before = set(driver.member_ids().values())
+    with Writer(endpoint) as writer:
+        time.sleep(2)
+        began = time.monotonic()
+        driver.patch_spec(
+            storage={"volumeClaimTemplate": {"resources": {"requests": {"storage": size}}}}
+        )
+
+        def moved() -> bool:
+            members = driver.member_ids()
+            return (
+                len(members) == 3
+                and not before & set(members.values())
+                and claims_have(driver, size)
+                and driver.condition("Available").get("status") == "True"
+            )
+
+        wait_until(f"every member moved to a {size} volume", moved, 300, 0.2)
+        took = time.monotonic() - began
+    return {
+        "size": size,
+        "members_moved_s": round(took, 2),
+        "writes_ok": writer.ok,
+        "writes_failed": writer.failed,
+        "write_p99_ms": writer.p99_ms(),
+    }
+
+
 def bench_volume_growth(kube: Kube, runs: int) -> None:
-    """A cluster's volumes grown by 1Gi each round, in place, the quota following."""
+    """A cluster's volumes grown both ways: in place (a class that can expand), the quota
+    following by a rolling restart; and by moving every member to a new volume (a class that
+    cannot)."""
     deploy_operator(kube)
+    moving = available_cluster(kube, EtcdClusterDriver)
+    moves = []
+    for run in range(runs):
+        result = volume_move_once(moving, f"{(run + 2) * 128}Mi")
+        moves.append(result)
+        print(f"volume move round {run}: {result}", flush=True)
+    record(
+        "volume_growth_by_moving_members",
+        [r["members_moved_s"] for r in moves],
+        "issue 18: a StorageClass that cannot expand (local-path): every member moved to a new "
+        "volume, one at a time, never fewer voting members than spec.replicas; no Go etcd "
+        "operator grows volumes (etcd-druid#481, cozystack#210)",
+        path="spec.storage size patched -> 3 new members on claims of the new size, the old "
+        "ones and their claims removed, Available (the samples)",
+        rounds=moves,
+    )
     driver = available_cluster(kube, ExpandableVolumeDriver)
     rounds = []
     for run in range(runs):

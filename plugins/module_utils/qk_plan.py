@@ -63,11 +63,11 @@ With a healthy quorum (the rules below return None without one):
   peer; it is re-added. Waits (ReplacementUnsafe) when the removal would lose the quorum.
 - unhealthy_members [wait]: nothing changes while a voting member is unhealthy.
 - promote [promote, wait]: a started learner: promote it once it has caught up (a learner still
-  starting is waited for).
+  starting is waited for while a scale or move needs it; else remove_member removes it).
 - grow_volumes [grow_volumes] (qk_plan_volumes): spec.storage asks for larger volumes: raise
   every member claim whose StorageClass allows expansion (roll_config holds the larger default
-  quota until the volumes have grown); a class that cannot expand is reported
-  (VolumeCannotGrow), not acted on. Before recover_space: a larger volume
+  quota until the volumes have grown); a class that cannot expand is left to
+  move_to_new_volumes. Before recover_space: a larger volume
   (and its quota) is what a database whose live data fills the quota needs.
 - recover_space [defragment, wait] (qk_plan_space): etcd raised NOSPACE and refuses writes:
   compact, defragment member by member (the leader last, leadership moved first) and disarm,
@@ -75,10 +75,17 @@ With a healthy quorum (the rules below return None without one):
   quota and the step waits (DatabaseQuotaExceeded) saying what a person can do.
 - add_member [add_member]: fewer voting members than spec.replicas: add the lowest free ordinal
   as a learner, start it and promote it when it has caught up.
-- remove_member [remove_member]: more members than spec.replicas: remove the highest ordinal
-  (leader moved first).
+- remove_member [remove_member]: more members than spec.replicas: remove a learner no longer
+  needed (RemovingLearner), else a member moving to a new volume (its replacement has
+  joined), else the highest ordinal (leader moved first).
 - replace_stale_peer [replace_member]: a peer that never became a member (its learner was
   removed before it started): recreate it.
+- move_to_new_volumes [add_member, wait] (qk_plan_volumes): a member on a volume of another
+  StorageClass than spec.storage names, or smaller than it asks of a class that cannot expand:
+  add a member on a claim spec.storage describes (promoted once caught up); remove_member then
+  removes the old one and its claim.
+  One member at a time through the rollout gate, followers first, the leader last; never fewer
+  voting members than spec.replicas.
 - wait_for_volumes [wait] (qk_plan_volumes): a claim asked to grow has not yet: wait, saying
   what the claims report (a resize that never ends holds only the quota and defragmentation).
 - defragment [defragment, wait] (qk_plan_space): spec.maintenance.defragmentation, once nothing
@@ -137,6 +144,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade 
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
     grow_volumes,
+    move_to_new_volumes,
     wait_for_volumes,
 )
 
@@ -163,6 +171,7 @@ RULES: tuple[Rule, ...] = (
     add_member,
     remove_member,
     replace_stale_peer,
+    move_to_new_volumes,
     wait_for_volumes,
     defragment,
     cluster_ready,

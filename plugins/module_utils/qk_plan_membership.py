@@ -28,6 +28,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step imp
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     new_member_version,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
+    members_to_move,
+    moving_to_new_volumes,
+)
 
 # --------------------------------------------------------------------------------------------
 # Whatever the state
@@ -213,6 +217,9 @@ def promote(ctx: PlanContext) -> Step | None:
     learner = ctx.learners[0]
     name = member_peer_name(learner, ctx.cluster)
     if not learner.get("name") or not learner.get("healthy"):
+        if not _learner_needed(ctx):
+            # spec.replicas or spec.storage was put back: remove_member removes it.
+            return None
         return make_step("wait", "LearnerStarting", f"waiting for learner {name} to start", "event")
     return make_step(
         "promote",
@@ -228,9 +235,7 @@ def add_member(ctx: PlanContext) -> Step | None:
     it and promote it when it has caught up."""
     if not ctx.has_quorum or len(ctx.voters) >= ctx.replicas:
         return None
-    taken = {ordinal_of(n) for n in list(ctx.peers) + list(ctx.by_peer)}
-    ordinal = next(i for i in range(len(taken) + 1) if i not in taken)
-    name = peer_name(ctx.cluster, ordinal)
+    name = ctx.free_peer_name()
     last = len(ctx.voters) + 1 == ctx.replicas
     return make_step(
         "add_member",
@@ -245,9 +250,35 @@ def add_member(ctx: PlanContext) -> Step | None:
 
 
 def remove_member(ctx: PlanContext) -> Step | None:
-    """More members than spec.replicas: remove the highest ordinal (leader moved first)."""
+    """More members than spec.replicas: remove a learner no longer needed (one that never
+    started, for a scale or move since taken back), else a member moving to a new volume (its
+    replacement has joined), else the highest ordinal; leadership moved first."""
     if not ctx.has_quorum or len(ctx.members) <= ctx.replicas:
         return None
+    if ctx.learners:
+        # A learner no scale or move needs any more (promote waits for the others): it holds
+        # no vote, so it goes first.
+        learner = ctx.learners[0]
+        name = member_peer_name(learner, ctx.cluster)
+        return make_step(
+            "remove_member",
+            "RemovingLearner",
+            f"removing learner {name}: spec.replicas is {ctx.replicas} with {len(ctx.voters)} "
+            "voting members, and no member is to move to a new volume",
+            peer=name,
+            member=learner,
+        )
+    moving = members_to_move(ctx)
+    if moving:
+        name = moving[0]
+        return make_step(
+            "remove_member",
+            "MovingToNewVolumes",
+            f"{moving_to_new_volumes(ctx, moving)}: removing {name}, whose replacement on a "
+            "new volume is a voting member, and its claim",
+            peer=name,
+            member=ctx.by_peer[name],
+        )
     name = max(ctx.by_peer, key=ordinal_of)
     return make_step(
         "remove_member",
@@ -288,6 +319,12 @@ def cluster_ready(ctx: PlanContext) -> Step:
     if scheduled and scheduled["next"] < STEADY_SECONDS:
         requeue = f"{scheduled['next']}s"
     return make_step("none", "ClusterReady", f"{len(ctx.voters)} healthy voting members", requeue)
+
+
+def _learner_needed(ctx: PlanContext) -> bool:
+    """Whether a learner is still wanted: a scale-up to spec.replicas, or a member's move to a
+    new volume."""
+    return len(ctx.voters) < ctx.replicas or bool(members_to_move(ctx))
 
 
 def _removal_keeps_quorum(member: dict, voters: list[dict]) -> bool:

@@ -22,6 +22,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     data_lost,
     member_peer_name,
     ordinal_of,
+    peer_name,
 )
 
 # Every action the planner can return, and what it does. The role takes a step by including
@@ -41,7 +42,8 @@ STEP_ACTIONS = MappingProxyType(
         "replace_member": "remove a member whose data is gone, and its peer, to re-add it",
         "promote": "promote a learner that has caught up to a voting member",
         "add_member": "add the lowest free ordinal as a learner and start it",
-        "remove_member": "remove the highest ordinal (its leadership moved first)",
+        "remove_member": "remove a member moved to a new volume, else the highest ordinal "
+        "(its leadership moved first)",
         "defragment": "defragment member by member (NOSPACE: compact first, disarm after)",
         "grow_volumes": "raise the members' claims to the size spec.storage asks for",
         "wait": "nothing can be done safely now; the message says what is waited for",
@@ -182,6 +184,11 @@ class PlanContext:
 
     def live_peers_by_ordinal(self) -> list[tuple[str, dict]]:
         return sorted(self.live_peers.items(), key=lambda item: ordinal_of(item[0]))
+
+    def free_peer_name(self) -> str:
+        """The name of a new member: the lowest ordinal no peer or etcd member has."""
+        taken = {ordinal_of(n) for n in list(self.peers) + list(self.by_peer)}
+        return peer_name(self.cluster, next(i for i in range(len(taken) + 1) if i not in taken))
 
 
 Rule = Callable[[PlanContext], Step | None]

@@ -354,8 +354,18 @@ def test_shared_shapes_are_identical():
     set of rules (and one set of role code) applies everywhere."""
     cluster_spec = schema_of("EtcdCluster")["properties"]["spec"]
     peer_spec = schema_of("EtcdPeer")["properties"]["spec"]
-    for field in ("version", "repository", "storage", "podTemplate", "options"):
+    for field in ("version", "repository", "podTemplate", "options"):
         assert peer_spec["properties"][field] == cluster_spec["properties"][field], field
+    # A peer's storage class is its claim's; a cluster's can change (its members move).
+    peer_storage, cluster_storage = (
+        {k: v for k, v in spec["properties"]["storage"].items() if k != "description"}
+        for spec in (peer_spec, cluster_spec)
+    )
+    peer_rules = peer_storage.pop("x-kubernetes-validations")
+    cluster_rules = cluster_storage.pop("x-kubernetes-validations")
+    assert peer_storage == cluster_storage
+    assert "storageClassName" in peer_rules[0]["rule"] and "accessModes" in peer_rules[0]["rule"]
+    assert [r for r in cluster_rules if "accessModes" in r["rule"]], cluster_rules
     assert peer_spec["x-kubernetes-validations"] == cluster_spec["x-kubernetes-validations"]
 
     template = schema_of("EtcdRestore")["properties"]["spec"]["properties"]["clusterTemplate"]

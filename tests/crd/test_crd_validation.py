@@ -371,24 +371,22 @@ def test_storage_grows_and_never_shrinks_below_the_volumes(kube_api, namespace):
     accepted(patch(kube_api, namespace, resource, "c", size("1536Mi")))
 
 
-@pytest.mark.parametrize(
-    "change",
-    [
-        {"volumeClaimTemplate": {"storageClassName": "fast"}},
-        {"volumeClaimTemplate": {"accessModes": ["ReadWriteOncePod"]}},
-    ],
-)
-def test_changing_storage_rejected(kube_api, namespace, change):
+def test_access_modes_are_immutable_and_the_class_changes_only_to_a_named_one(kube_api, namespace):
+    resource = "etcdclusters.etcd.quorumkeeper.dev"
     accepted(create(kube_api, namespace, cluster(storage=STORAGE)))
+    modes = {"volumeClaimTemplate": {"accessModes": ["ReadWriteOncePod"]}}
     rejected(
-        patch(
-            kube_api,
-            namespace,
-            "etcdclusters.etcd.quorumkeeper.dev",
-            "c",
-            {"spec": {"storage": change}},
-        ),
-        STORAGE_CHANGED_MSG,
+        patch(kube_api, namespace, resource, "c", {"spec": {"storage": modes}}),
+        "the access modes of the members' volumes are immutable",
+        "spec.storage",
+    )
+    # Another named class: the members move to new volumes of it.
+    fast = {"volumeClaimTemplate": {"storageClassName": "fast"}}
+    accepted(patch(kube_api, namespace, resource, "c", {"spec": {"storage": fast}}))
+    removed = [{"op": "remove", "path": "/spec/storage/volumeClaimTemplate/storageClassName"}]
+    rejected(
+        patch(kube_api, namespace, resource, "c", removed, kind="json"),
+        "storageClassName is immutable but for a change to another named class",
         "spec.storage",
     )
 

@@ -408,28 +408,73 @@ def test_volumes_grow_in_place_and_the_quota_follows_with_no_write_lost(etcd_clu
     assert refused.returncode != 0 and "cannot shrink from 256Mi to 128Mi" in refused.stderr
 
 
-def test_a_volume_that_cannot_grow_is_reported_and_the_growth_can_be_taken_back(etcd_cluster):
+def test_members_whose_class_cannot_expand_move_to_new_volumes_with_no_write_lost(etcd_cluster):
     kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
-    etcd_cluster.create(3)
+    etcd_cluster.create(3)  # local-path: no volume expansion
     etcd_cluster.wait_available(3)
-    grow_to(etcd_cluster, "256Mi")
-    degraded = wait_until(
-        "the volumes that cannot grow reported",
-        lambda: (c := etcd_cluster.condition("Degraded")).get("reason") == "VolumeCannotGrow" and c,
-        60,
-    )
-    assert "StorageClass local-path does not allow volume expansion" in degraded["message"]
-    assert "back to 128Mi" in degraded["message"], degraded
-    assert "VolumeCannotGrow" in etcd_cluster.event_reasons()
-    # Nothing was changed: the claims, and the quota that a larger volume would bring.
-    assert set(claim_sizes(etcd_cluster).values()) == {("128Mi", "128Mi")}
-    assert kube.get(PEERS, f"{name}-0", ns)["spec"]["options"]["quotaBackendBytes"] == 64 << 20
-    assert etcd_cluster.get()["status"]["volumeSize"] == "128Mi"
+    ids = set(etcd_cluster.member_ids().values())
+    old_claims = {kube.get("pvc", p, ns)["metadata"]["uid"] for p in etcd_cluster.member_ids()}
+    endpoint = etcd_cluster.client_endpoint()
+    with AckedWriter(endpoint, "/move/") as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+        grow_to(etcd_cluster, "256Mi")
 
-    grow_to(etcd_cluster, "128Mi")
-    wait_until(
-        "the cluster healthy again",
-        lambda: etcd_cluster.condition("Degraded").get("status") == "False",
-        60,
+        def moved():
+            status = etcd_cluster.get().get("status") or {}
+            claims = kube.get("pvc", namespace=ns)["items"]
+            sizes = {
+                (c["spec"]["resources"]["requests"]["storage"],
+                 c.get("status", {}).get("capacity", {}).get("storage"))
+                for c in claims
+            }  # fmt: skip
+            return (
+                status.get("volumeSize") == "256Mi"
+                and len(claims) == 3
+                and sizes == {("256Mi", "256Mi")}
+                and not ids & set(etcd_cluster.member_ids().values())
+            )
+
+        wait_until("every member on a 256Mi volume", moved, 300)
+        status = etcd_cluster.wait_available(3)
+    summary = writer.summary()
+    assert writer.lost(endpoint) == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    members = etcd_cluster.member_ids()
+    assert len(members) == 3 and not ids & set(members.values()), "every member is a new one"
+    claims = {c["metadata"]["uid"] for c in kube.get("pvc", namespace=ns)["items"]}
+    assert len(claims) == 3 and not claims & old_claims, "the old claims are deleted"
+    # New members start with the quota of the new volume: nothing is left to roll.
+    assert all(members_on(etcd_cluster, "--quota-backend-bytes=134217728").values())
+    reasons = [e["reason"] for e in kube.events(ns, name)]
+    assert reasons.count("MemberDataDeleted") == 3, reasons
+    assert "MovingToNewVolumes" in reasons and "VolumeCannotGrow" not in reasons, reasons
+    assert "MemberReconfigured" not in reasons, reasons
+    assert status["readyReplicas"] == 3
+
+
+def test_a_new_storage_class_moves_the_members_onto_it_keeping_the_data(etcd_cluster):
+    kube, ns = etcd_cluster.kube, etcd_cluster.namespace
+    etcd_cluster.create(1)
+    etcd_cluster.wait_available(1)
+    (old_id,) = etcd_cluster.member_ids().values()
+    (old_claim,) = kube.get("pvc", namespace=ns)["items"]
+    with etcd_client(ConnectionProfile([etcd_cluster.client_endpoint()], timeout=5)) as client:
+        client.put("/kept", b"across the move")
+    etcd_cluster.patch_spec(
+        storage={"volumeClaimTemplate": {"storageClassName": "local-path-expandable"}}
     )
-    etcd_cluster.wait_available(3)
+
+    def moved():
+        claims = kube.get("pvc", namespace=ns)["items"]
+        return (
+            [c["spec"].get("storageClassName") for c in claims] == ["local-path-expandable"]
+            and old_id not in etcd_cluster.member_ids().values()
+            and etcd_cluster.condition("Available").get("status") == "True"
+        )
+
+    wait_until("the member moved to a local-path-expandable volume", moved, 180)
+    (claim,) = kube.get("pvc", namespace=ns)["items"]
+    assert claim["metadata"]["uid"] != old_claim["metadata"]["uid"]
+    with etcd_client(ConnectionProfile([etcd_cluster.client_endpoint()], timeout=5)) as client:
+        assert client.get("/kept") == b"across the move"
+    assert "MovingToNewVolumes" in etcd_cluster.event_reasons()
