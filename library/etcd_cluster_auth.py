@@ -30,17 +30,6 @@ description:
     authentication is off: it is how the operator logs in.
   - Check mode reports what would change and changes nothing.
 options:
-  name:
-    description: Name of the EtcdCluster.
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the EtcdCluster.
-    type: str
-    required: true
-  owner_uid:
-    description: UID of the EtcdCluster, for the owner reference of the Secrets it creates.
-    type: str
   auth:
     description:
       - The EtcdCluster's C(spec.auth); null or absent means authentication off.
@@ -81,6 +70,8 @@ options:
     description: Directory under which root's password file is written.
     type: path
 extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_cluster
+  - quorumkeeper.etcd.etcd_cluster.owned
   - quorumkeeper.etcd.etcd_connection
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version

@@ -24,17 +24,7 @@ description:
     does not run it.
   - Check mode reports what would be written or deleted.
 options:
-  name:
-    description: Name of the EtcdCluster.
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the EtcdCluster.
-    type: str
-    required: true
   owner_uid:
-    description: UID of the EtcdCluster, the objects' owner.
-    type: str
     required: true
   monitoring:
     description: The EtcdCluster's C(spec.monitoring) (C({}) for none).
@@ -58,6 +48,8 @@ options:
     choices: [PodMonitor, PrometheusRule]
     default: []
 extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_cluster
+  - quorumkeeper.etcd.etcd_cluster.owned
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
 requirements: [PyYAML]

@@ -27,14 +27,6 @@ description:
     name the backup to restore from; a healthy cluster's reconcile never pays for it.
   - Never changes anything.
 options:
-  name:
-    description: Name of the EtcdCluster.
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the EtcdCluster.
-    type: str
-    required: true
   cluster_domain:
     description: DNS domain of the cluster (members are C(<peer>.<name>.<namespace>.svc.<domain>)).
     type: str
@@ -79,6 +71,7 @@ options:
         (config/prometheus/rules.yaml, as text), needed with C(monitoring.prometheusRule).
     type: str
 extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_cluster
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
   - quorumkeeper.etcd.etcd_connection

@@ -22,21 +22,15 @@ description:
 options:
   name:
     description: Name of the EtcdCluster (and of its budget).
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the EtcdCluster.
-    type: str
-    required: true
   owner_uid:
-    description: UID of the EtcdCluster, for the budget's owner reference.
-    type: str
     required: true
   max_unavailable:
     description: Member pods a voluntary disruption may take at once.
     type: int
     required: true
 extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_cluster
+  - quorumkeeper.etcd.etcd_cluster.owned
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
 requirements: [PyYAML]

@@ -21,14 +21,6 @@ description:
     within seconds without polling. The Endpoints controller keeps annotations it did not set.
   - Existing Services are left as they are.
 options:
-  name:
-    description: Name of the EtcdCluster.
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the EtcdCluster.
-    type: str
-    required: true
   client_port:
     description: etcd client port.
     type: int
@@ -38,6 +30,7 @@ options:
     type: int
     default: 2380
 extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_cluster
   - quorumkeeper.etcd.kube_client
 requirements: [PyYAML]
 """

@@ -35,17 +35,6 @@ description:
   - Secrets are read from and written to the API server itself, never the operator's cache.
   - Check mode reports what would be issued and writes nothing.
 options:
-  name:
-    description: Name of the EtcdCluster.
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the EtcdCluster.
-    type: str
-    required: true
-  owner_uid:
-    description: UID of the EtcdCluster, for the owner reference of the Secrets it creates.
-    type: str
   tls:
     description:
       - The EtcdCluster's C(spec.tls) (client and peer parts; absent parts are off).
@@ -85,6 +74,8 @@ options:
     type: int
     default: 2379
 extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_cluster
+  - quorumkeeper.etcd.etcd_cluster.owned
   - quorumkeeper.etcd.kube_client
   - quorumkeeper.etcd.kube_client.api_version
 requirements: [cryptography]
