@@ -224,20 +224,18 @@ def volume_growth_problems(observed) -> list[dict]:
     )
     if not stuck:
         return []
-    classes = sorted(
-        (pvcs[n].get("storage_class") or "(none)")
-        + ("" if pvcs[n]["expandable"] is False else " (not found)")
-        for n in stuck
-    )
+    classes = sorted({pvcs[n].get("storage_class") or "(none)" for n in stuck})
     smallest = min(stuck, key=lambda n: pvcs[n].get("capacity_bytes") or 0)
     return [
         {
             "reason": "VolumeCannotGrow",
             "message": f"the volumes of {', '.join(stuck)} cannot grow to "
-            f"{observed['volume_size']}: StorageClass {', '.join(sorted(set(classes)))} does not "
-            "allow volume expansion (allowVolumeExpansion). Set spec.storage.volumeClaimTemplate."
-            f"resources.requests.storage back to {pvcs[smallest].get('capacity') or 'its size'} "
-            "(the size they have), or restore a backup into a new cluster with larger volumes; "
-            "until then no setting change is rolled out",
+            f"{observed['volume_size']}: StorageClass {', '.join(classes)} cannot be read (it "
+            "does not exist, or the operator may not get StorageClasses), so neither growing "
+            "them in place nor moving the members to new volumes of it can work. Name an "
+            "existing class in spec.storage.volumeClaimTemplate.storageClassName (the members "
+            "move to new volumes of it), or set spec.storage.volumeClaimTemplate.resources."
+            f"requests.storage back to {pvcs[smallest].get('capacity') or 'its size'} (the size "
+            "they have); until then no setting change is rolled out",
         }
     ]

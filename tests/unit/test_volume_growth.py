@@ -156,10 +156,8 @@ def test_a_class_that_cannot_be_read_is_reported_and_holds_the_rollout():
     result = report({**observed, "config": NEW_CONFIG}, step)
     degraded = next(c for c in result["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "VolumeCannotGrow"
-    assert (
-        "StorageClass local-path (not found) does not allow volume expansion"
-        in (degraded["message"])
-    )
+    assert "StorageClass local-path cannot be read" in degraded["message"]
+    assert "Name an existing class" in degraded["message"]
     assert "back to 1Gi" in degraded["message"]
     assert result["events"][0]["reason"] == "VolumeCannotGrow"
     assert result["requeue"] == "degraded"
