@@ -418,6 +418,12 @@ class ForkedPlaybook:
 
         patterns = pattern if isinstance(pattern, list) else [pattern]
         self._pump(30.0 if timeout == -1 else timeout)
+        if not self.eof and self.status is not None and pexpect.EOF in patterns:
+            # ansible-runner's last wait for the end of output, after the playbook was reaped:
+            # a process it started (a worker, a module) that still holds the pipe must not
+            # turn a finished run into an exception. What it writes later is not read.
+            self.eof = True
+            os.close(self.fd)
         wanted = pexpect.EOF if self.eof else pexpect.TIMEOUT
         if wanted in patterns:
             return patterns.index(wanted)

@@ -4,6 +4,7 @@ request travels with its streams, and how an exit status is reported. The runs t
 tested in tests/modules/test_warm_start_runs.py."""
 
 import array
+import codecs
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import jinja2
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start import (
     RUN_SPECIFIC_SETTINGS,
+    ForkedPlaybook,
     TemplateCache,
     cacheable_template,
     configuration_differences,
@@ -186,3 +188,38 @@ def test_exit_status_as_a_shell_reports_it():
         os.kill(os.getpid(), signal.SIGTERM)
         os._exit(0)
     assert exit_code(os.waitpid(pid, 0)[1]) == 128 + signal.SIGTERM
+
+
+def _playbook_reading(fd, status):
+    """A ForkedPlaybook whose output pipe is ``fd`` and whose process was reaped with
+    ``status`` (None: still running), without forking a playbook."""
+    playbook = object.__new__(ForkedPlaybook)
+    playbook.fd, playbook.status, playbook.eof = fd, status, False
+    playbook.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    playbook.logfile_read = None
+    return playbook
+
+
+def test_the_last_wait_for_output_ends_when_the_playbook_is_reaped_though_the_pipe_is_held():
+    import pexpect
+
+    # A worker or module the playbook started still holds the pipe after the playbook exited.
+    read_end, held = os.pipe()
+    try:
+        os.write(held, b"last line\n")
+        playbook = _playbook_reading(read_end, status=0)
+        assert playbook.expect(pexpect.EOF, timeout=0.2) == 0
+        assert playbook.eof
+        playbook.close()  # does not wait for the holder
+    finally:
+        os.close(held)
+    # While the playbook runs, no EOF: the wait times out as pexpect's does.
+    read_end, held = os.pipe()
+    try:
+        running = _playbook_reading(read_end, status=None)
+        with pytest.raises(pexpect.TIMEOUT):
+            running.expect(pexpect.EOF, timeout=0.2)
+        assert running.expect([pexpect.EOF, pexpect.TIMEOUT], timeout=0.1) == 1
+    finally:
+        os.close(held)
+        os.close(read_end)
