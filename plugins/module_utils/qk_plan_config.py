@@ -32,7 +32,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade 
     DEFAULT_UPGRADE_MEMBER_TIMEOUT_SECONDS,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
-    volumes_growing,
+    volumes_changing,
 )
 
 
@@ -75,8 +75,9 @@ def roll_config(ctx: PlanContext) -> Step | None:
     count = f"{total - len(stale) - len(returning)} of {total} members up to date"
     if returning and (ctx.etcd.get("healthy") or total == 1):
         return _wait_for(ctx, returning[0], count)
-    if not stale or _upgrade_under_way(ctx) or membership_changing(ctx) or volumes_growing(ctx):
-        # A quota derived from a volume that has not grown yet would not fit its disk.
+    if not stale or _upgrade_under_way(ctx) or membership_changing(ctx) or volumes_changing(ctx):
+        # A quota derived from a volume that has not grown yet would not fit its disk, and a
+        # member about to move to a new volume starts there with the new configuration.
         return None
     down = [n for n in stale if not members[n].get("healthy")]
     if down:

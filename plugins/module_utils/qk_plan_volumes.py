@@ -7,7 +7,7 @@ late in the order, ``wait_for_volumes``).
 The members' claims are grown in place, all at once: Kubernetes expands a bound volume while its
 pod runs, so no member restarts for it. The default backend quota derives from the volume size
 (qk_options.default_quota_bytes) and rises with it, but only once every volume has grown:
-``volumes_growing`` holds the rolling restart onto the new quota (qk_plan_config.roll_config)
+``volumes_changing`` holds the rolling restart onto the new quota (qk_plan_config.roll_config)
 until then, so that no member is started with a quota its disk could not hold.
 
 A claim whose StorageClass does not allow expansion cannot be asked for more (the API server
@@ -56,7 +56,7 @@ def _claims(ctx: PlanContext) -> list[tuple[str, dict]]:
     ]
 
 
-def volumes_growing(ctx: PlanContext) -> bool:
+def volumes_changing(ctx: PlanContext) -> bool:
     """Whether a member's volume is still smaller than spec.storage asks, or of another class
     (it moves to a new volume): what depends on the new size (the default quota) waits, and
     a member about to move is not restarted for a new configuration it will start with."""
