@@ -30,6 +30,8 @@ Operator (medians over --runs, every sample in the result file):
 - upgrade: a rolling upgrade of 3 members, 3.5.35 -> 3.6.16, while one client writes through the
   client Service retrying each write for up to 1 s: the share of writes acknowledged, and the
   acknowledged writes not read back afterwards (issue 8).
+- client_tls: client TLS turned on, then off, on a running cluster of 3 under a writer that
+  falls back from one scheme to the other: seconds each way, acknowledged writes lost (issue 17).
 - olm_install: `make olm-install` onto a cluster without OLM (warm toolchain) -> OLM ready, and
   once more with OLM there.
 - olm_subscription: OperatorGroup + Subscription created -> the operator's CSV Succeeded (OLM
@@ -74,6 +76,7 @@ import olmhelpers  # noqa: E402  (tests/e2e/olmhelpers.py)
 from backuphelpers import backup_manifest  # noqa: E402  (tests/e2e/backuphelpers.py)
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
 from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noqa: E402
+from securityhelpers import members_serve, secret_files  # noqa: E402  (tests/e2e/securityhelpers.py)
 from upgradehelpers import AckedWriter, wait_upgraded  # noqa: E402  (tests/e2e/upgradehelpers.py)
 
 RESULTS = ROOT / "bench" / "results"
@@ -1581,6 +1584,65 @@ def bench_upgrade(kube: Kube, runs: int) -> None:
     )
 
 
+def bench_client_tls(kube: Kube, runs: int) -> None:
+    """Client TLS turned on, then off again, on a running cluster of 3 while one client writes
+    unique keys through the client Service (TLS once the application's certificate exists,
+    plain HTTP where TLS is refused, each write retried for up to 5 s): the seconds each way,
+    the writes acknowledged and the acknowledged writes missing afterwards (each run a new
+    cluster)."""
+    deploy_operator(kube)
+    samples = []
+    for run in range(runs):
+        driver = new_driver(kube)
+        driver.create(3)
+        driver.wait_available(3, timeout=300)
+        endpoint, name, namespace = driver.client_endpoint(), driver.name, driver.namespace
+        with AckedWriter(endpoint, f"/bench-tls/{run}/", retry_for=5) as writer:
+            wait_until("the first writes", lambda w=writer: len(w.acknowledged) >= 50, 60)
+            started = time.monotonic()
+            driver.patch_spec(tls={"client": {}})
+            wait_until(
+                "the application's client certificate",
+                lambda n=name, ns=namespace: kube.exists("secret", f"{n}-client-tls", ns),
+                60,
+            )
+            files = secret_files(kube, namespace, f"{name}-client-tls")
+            writer.use_tls(
+                files["ca.crt"],
+                files["tls.crt"],
+                files["tls.key"],
+                f"{name}-client.{namespace}.svc.cluster.local",
+            )
+            wait_until("TLS on", lambda d=driver: members_serve(d, True), 600, interval=0.5)
+            on_seconds = time.monotonic() - started
+            started = time.monotonic()
+            driver.patch_spec(tls=None)
+            wait_until("TLS off", lambda d=driver: members_serve(d, False), 600, interval=0.5)
+            off_seconds = time.monotonic() - started
+        lost = writer.lost()
+        samples.append(
+            {
+                "on_seconds": round(on_seconds, 1),
+                "off_seconds": round(off_seconds, 1),
+                "lost_acknowledged": len(lost),
+                "lost_keys": lost[:10],
+                **writer.summary(),
+            }
+        )
+        print(f"client_tls run {run}: {samples[-1]}", flush=True)
+        drop_namespace(kube, driver.namespace)
+    record(
+        "client_tls_on_off",
+        [s["on_seconds"] + s["off_seconds"] for s in samples],
+        "client TLS turned on and off live with 0 acknowledged writes lost (issue 17)",
+        on_seconds_median=statistics.median(s["on_seconds"] for s in samples),
+        off_seconds_median=statistics.median(s["off_seconds"] for s in samples),
+        lost_acknowledged_writes=sum(s["lost_acknowledged"] for s in samples),
+        path="3 members, 3.6.16, operator-managed certificates, two rolling restarts each way",
+        runs=samples,
+    )
+
+
 def lose_members_data(kube: Kube, driver, peers: list[str]) -> float:
     """Cut ``peers`` off, then delete their claims and pods (their data is gone for good); the
     monotonic time of the deletion."""
@@ -2283,6 +2345,7 @@ BENCHMARKS = {
     "backup_1gib": bench_backup_1gib,
     "restore": bench_restore,
     "upgrade": bench_upgrade,
+    "client_tls": bench_client_tls,
     "disaster_recovery": bench_disaster_recovery,
     "olm_install": bench_olm_install,
     "olm_subscription": bench_olm_subscription,

@@ -101,7 +101,9 @@ peers:
   description: >-
     EtcdPeers by ordinal: name, uid, deleting, age (seconds), state (New or Existing),
     initial_cluster (names), member_id and pvc_uid (from their status), version, repository,
-    and status (the fields the etcdcluster role writes).
+    tls (the EtcdPeer's), client_url (how the operator reaches the member: https where it
+    serves it and the connection has a client certificate, else http) and status (the fields
+    the etcdcluster role writes).
   type: list
   elements: dict
   returned: always
@@ -180,6 +182,9 @@ import time
 
 import yaml
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    member_client_url,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     CONNECTION_REQUIRED_TOGETHER,
     connection_argument_spec,
@@ -280,6 +285,7 @@ def peer_summary(peer):
         "repository": spec.get("repository", ""),
         "force_new_cluster": bool(spec.get("forceNewCluster")),
         "config_hash": config_hash(peer_config(spec)),
+        "tls": spec.get("tls") or {},
         "quota_bytes": (spec.get("options") or {}).get("quotaBackendBytes"),
         "status": {
             k: status[k]
@@ -441,19 +447,22 @@ def observe_monitoring(p, direct, owner_uid):
     return monitoring_plan(wanted, served, existing)
 
 
+def add_client_urls(p, peers):
+    """Give each peer the client URL the operator reaches it by (``client_url``): by what its
+    EtcdPeer serves, members of one cluster serving https and http alike while client TLS is
+    turned on or off."""
+    have_certificate = bool(profile_from_params(p).client_cert)
+    network = ClusterNetwork(p["name"], p["namespace"], p["cluster_domain"], p["client_port"])
+    for peer in peers:
+        peer["client_url"] = member_client_url(network, peer["name"], peer["tls"], have_certificate)
+
+
 def observe_etcd(p, peers):
     if not peers:
         return dict(UNREACHABLE)
     live = [x for x in peers if not x["deleting"]] or peers
     profile = profile_from_params(p)
-    network = ClusterNetwork(
-        p["name"],
-        p["namespace"],
-        p["cluster_domain"],
-        p["client_port"],
-        client_scheme=profile.client_scheme,
-    )
-    endpoints = network.client_urls(x["name"] for x in live)
+    endpoints = [x["client_url"] for x in live]
     try:
         with etcd_client(profile.with_endpoints(endpoints)) as client:
             info = client.cluster_info()
@@ -567,6 +576,7 @@ def main():
         cached, direct = operator_clients(p)
         wait_for_ready_pods(p, direct)
         observed = observe_kubernetes(p, cached, direct)
+        add_client_urls(p, observed["peers"])
         if p["monitoring"] is not None and observed["cluster"]["uid"]:
             observed["monitoring"] = observe_monitoring(p, direct, observed["cluster"]["uid"])
     except (KubeConfigError, KubeError, ValueError) as exc:

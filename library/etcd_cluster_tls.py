@@ -73,6 +73,13 @@ options:
     description: Client port of the members, for C(client_service_url).
     type: int
     default: 2379
+  keep_served_client:
+    description:
+      - Without client TLS in I(tls), whether to keep writing the operator's client
+        certificate while an EtcdPeer of the cluster still serves client TLS (client TLS being
+        turned off, one member at a time); the EtcdPeers are listed for it (C(client_kept)).
+    type: bool
+    default: false
 extends_documentation_fragment:
   - quorumkeeper.etcd.etcd_cluster
   - quorumkeeper.etcd.etcd_cluster.owned
@@ -119,6 +126,11 @@ peer_tls:
   description: The C(tls) of the cluster's EtcdPeer specs (the Secrets member pods mount).
   type: dict
   returned: always
+client_kept:
+  description: Whether I(keep_served_client) kept the client certificate (C(connection)) for
+    members still serving client TLS.
+  type: bool
+  returned: always
 issued:
   description: Secrets created or rewritten, each C(secret) and C(reason) (created, renewed,
     replaced with why).
@@ -144,6 +156,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
     CertificateManager,
     credentials_dir,
     ensure_certificates,
+    kept_client,
     peer_tls_spec,
     resolve,
     schemes,
@@ -152,6 +165,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     API_VERSION,
     CLUSTER_KIND,
+    CLUSTER_LABEL,
     ClusterNetwork,
     cluster_owner_reference,
 )
@@ -174,6 +188,7 @@ ARGUMENT_SPEC = {
     "credentials_dir": {"type": "path"},
     "cluster_domain": {"type": "str", "default": "cluster.local"},
     "client_port": {"type": "int", "default": 2379},
+    "keep_served_client": {"type": "bool", "default": False},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }
@@ -197,8 +212,15 @@ def run(module, kube):
         owner = cluster_owner_reference(p["name"], p["owner_uid"], p["api_version"])
     manager = CertificateManager(kube, network, owner, issue=p["issue"], check=module.check_mode)
     report = ensure_certificates(manager, resolved, p["replicas"], p["users"])
+    kept = None
+    if "client" not in resolved and p["keep_served_client"]:
+        selector = f"{CLUSTER_LABEL}={p['name']}"
+        peers = kube.list(p["api_version"], "EtcdPeer", p["namespace"], label_selector=selector)
+        kept = kept_client(p["name"], peers)
     report.connection = write_operator_credentials(
-        manager, resolved, credentials_dir(p["credentials_dir"], p["namespace"], p["name"])
+        manager,
+        {**resolved, "client": kept} if kept else resolved,
+        credentials_dir(p["credentials_dir"], p["namespace"], p["name"]),
     )
     client = resolved.get("client") or {}
     return {
@@ -207,6 +229,7 @@ def run(module, kube):
         "operator_secret": client.get("operatorSecretName", "") if report.connection else "",
         "client_service_url": network.client_service_url(),
         "peer_tls": peer_tls_spec(resolved),
+        "client_kept": bool(kept),
         **report.as_dict(),
     }
 

@@ -42,10 +42,12 @@ options:
     type: str
   config:
     description:
-      - The configuration to restart with, C(options) (etcd's settings, defaults resolved) and
-        C(podTemplate), as C(qk_options.cluster_config) computes it from the EtcdCluster's spec.
-      - Both replace the EtcdPeer's (a key left out of either is removed). When omitted, the
-        EtcdPeer's configuration is kept and pods started with another one are not restarted.
+      - The configuration to restart with, C(options) (etcd's settings, defaults resolved),
+        C(podTemplate) and C(tls), as C(qk_options.cluster_config) computes it from the
+        EtcdCluster's spec (C(qk_plan_config.staged_config) on the way to it).
+      - Each replaces the EtcdPeer's (a key left out of one is removed; without C(tls) the
+        member is a plain one). When omitted, the EtcdPeer's configuration is kept and pods
+        started with another one are not restarted.
     type: dict
     suboptions:
       options:
@@ -56,6 +58,11 @@ options:
         description: The member pod's template (C(spec.podTemplate) of the EtcdPeer).
         type: dict
         required: true
+      tls:
+        description:
+          - The certificate Secrets the member mounts (C(spec.tls) of the EtcdPeer), with
+            C(client.servePlainHTTP) while client TLS is turned on or off; omitted, none.
+        type: dict
   repository:
     description: Image repository; the EtcdPeer's own when omitted.
     type: str
@@ -177,19 +184,23 @@ class Upgrade:
             self.result["gone"] = True
             return self.result
         changes = {k: p[k] for k in ("version", "repository") if p[k]}
-        changes.update(p["config"] or {})
+        config = {k: v for k, v in (p["config"] or {}).items() if v is not None}
+        changes.update(config)
         changes = {k: v for k, v in changes.items() if peer["spec"].get(k, {}) != v}
-        if changes:
+        # A configuration without tls is a plain member's: its certificates go.
+        removed = [k for k in ("tls",) if config and k not in config and k in peer["spec"]]
+        if changes or removed:
             self.result.update(changed=True, patched=True)
             if self.module.check_mode:
-                peer = dict(peer, spec={**peer["spec"], **changes})
+                spec = {k: v for k, v in peer["spec"].items() if k not in removed}
+                peer = dict(peer, spec={**spec, **changes})
             else:
                 # First, so that an interrupted run leaves what is wanted where the planner
                 # (and the etcdpeer role, which renders the same ReplicaSet) reads it. A JSON
                 # patch: a merge patch would keep the keys the new options leave out.
                 patch = [
                     {"op": "add", "path": f"/spec/{k}", "value": v} for k, v in changes.items()
-                ]
+                ] + [{"op": "remove", "path": f"/spec/{k}"} for k in removed]
                 peer = self.client.patch(
                     p["api_version"], "EtcdPeer", p["name"], patch, p["namespace"], "json"
                 )
@@ -202,7 +213,7 @@ class Upgrade:
         )
         self.result["image"] = image
         replicaset = self.replicaset()
-        wanted_hash = config_hash(peer_config(peer["spec"])) if p["config"] else None
+        wanted_hash = config_hash(peer_config(peer["spec"])) if config else None
         plan = restart_plan(replicaset, self.pods(), image, wanted_hash)
         if plan["stale"] or plan["create"]:
             self.result.update(changed=True, restarted=bool(plan["stale"]))
@@ -305,6 +316,7 @@ ARGUMENT_SPEC = {
         "options": {
             "options": {"type": "dict", "required": True},
             "podTemplate": {"type": "dict", "required": True},
+            "tls": {"type": "dict"},
         },
     },
     "repository": {"type": "str"},

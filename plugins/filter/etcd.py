@@ -161,10 +161,11 @@ def etcd_peer_member(peer, cluster_spec, state, members, naming):
 
 
 @_domain_rule
-def etcd_cluster_config(cluster_spec):
-    """The configuration (etcd options, pod template) every member of a cluster whose spec is
-    ``cluster_spec`` should run: a member whose EtcdPeer says otherwise is restarted with it."""
-    return cluster_config(cluster_spec)
+def etcd_cluster_config(cluster_spec, cluster):
+    """The configuration (etcd options, pod template, TLS) every member of EtcdCluster
+    ``cluster`` whose spec is ``cluster_spec`` should run: a member whose EtcdPeer says
+    otherwise is restarted with it."""
+    return cluster_config(cluster_spec, cluster)
 
 
 def etcd_tls_schemes(tls_spec):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import base64
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     ClusterNetwork,
@@ -44,6 +44,9 @@ CA_KEY, CERT_KEY, KEY_KEY = "ca.crt", "tls.crt", "tls.key"
 # Where a member's pod mounts its certificates (render_replicaset).
 CLIENT_TLS_DIR = "/etc/etcd/tls/client"
 PEER_TLS_DIR = "/etc/etcd/tls/peer"
+# In an EtcdPeer's tls.client: the member also serves plain HTTP on the client port, while
+# client TLS is turned on or off (qk_plan_config.staged_config).
+SERVE_PLAIN_HTTP = "servePlainHTTP"
 # etcd authenticates a client certificate as the user its CN names once auth is on: the
 # operator's is root.
 OPERATOR_USER = "root"
@@ -105,6 +108,31 @@ def schemes(tls_spec: dict | None) -> dict:
         "client_scheme": "https" if tls_spec.get("client") is not None else "http",
         "peer_scheme": "https" if tls_spec.get("peer") is not None else "http",
     }
+
+
+def served_client_schemes(peer_tls: dict | None) -> frozenset:
+    """The schemes a member whose EtcdPeer ``tls`` is ``peer_tls`` serves clients with."""
+    client = (peer_tls or {}).get("client")
+    if client is None:
+        return frozenset({"http"})
+    return frozenset({"https", "http"} if client.get(SERVE_PLAIN_HTTP) else {"https"})
+
+
+def member_client_scheme(peer_tls: dict | None, have_certificate: bool) -> str:
+    """The scheme the operator reaches a member by: https where the member serves it and the
+    operator has a client certificate for it (or the member serves nothing else), else http."""
+    served = served_client_schemes(peer_tls)
+    if "https" in served and (have_certificate or "http" not in served):
+        return "https"
+    return "http"
+
+
+def member_client_url(
+    network: ClusterNetwork, peer: str, peer_tls: dict | None, have_certificate: bool
+) -> str:
+    """The client URL the operator reaches member ``peer`` by (member_client_scheme)."""
+    scheme = member_client_scheme(peer_tls, have_certificate)
+    return replace(network, client_scheme=scheme).client_url(peer)
 
 
 def member_dns_names(network: ClusterNetwork) -> list[str]:
@@ -371,12 +399,41 @@ def ensure_certificates(
     return manager.report
 
 
+def kept_client(cluster: str, peers) -> dict | None:
+    """While spec.tls.client is gone but a member still serves client TLS (turning it off):
+    the resolved client part the operator keeps reaching members with, from the first such
+    EtcdPeer (``peers``, as listed). Its operator Secret is known for operator-managed
+    certificates; for the user's own ones the files written before are used (``""``)."""
+    names = secret_names(cluster)
+    for peer in peers:
+        client = ((peer.get("spec") or {}).get("tls") or {}).get("client")
+        if client:
+            managed = client["secretName"] == names["server"]
+            return {
+                "managed": managed,
+                "secretName": client["secretName"],
+                "operatorSecretName": names["operator"] if managed else "",
+                "clientCertAuth": client.get("clientCertAuth", True),
+            }
+    return None
+
+
+def _credential_paths(directory: str) -> dict:
+    return {
+        option: os.path.join(directory, key)
+        for option, key in (("ca_cert", CA_KEY), ("client_cert", CERT_KEY), ("client_key", KEY_KEY))
+    }
+
+
 def write_operator_credentials(manager: CertificateManager, resolved: dict, directory: str):
     """Put the operator's client certificate where its etcd modules read it, rewriting a file
     only when its content changed (modules of a running reconcile may be reading it)."""
     client = resolved.get("client")
     if not client:
         return {}
+    if not client["operatorSecretName"]:
+        paths = _credential_paths(directory)
+        return paths if all(os.path.isfile(path) for path in paths.values()) else {}
     files = manager.read(client["operatorSecretName"])
     if not files or not all(files.get(k) for k in (CA_KEY, CERT_KEY, KEY_KEY)):
         return {}
@@ -388,16 +445,14 @@ def write_operator_credentials(manager: CertificateManager, resolved: dict, dire
         _certs().bundle_certificates(trust)
     except _certs().CertificateError:
         return {}
-    paths = {}
-    for option, key, content in (
-        ("ca_cert", CA_KEY, trust),
-        ("client_cert", CERT_KEY, files[CERT_KEY]),
-        ("client_key", KEY_KEY, files[KEY_KEY]),
-    ):
-        path = os.path.join(directory, key)
-        paths[option] = path
-        if not manager.check:
-            write_private_file(path, content)
+    paths = _credential_paths(directory)
+    if not manager.check:
+        for option, content in (
+            ("ca_cert", trust),
+            ("client_cert", files[CERT_KEY]),
+            ("client_key", files[KEY_KEY]),
+        ):
+            write_private_file(paths[option], content)
     return paths
 
 

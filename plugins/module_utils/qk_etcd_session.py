@@ -105,7 +105,10 @@ class EtcdSession:
             target, secure = endpoint_target(endpoint)
             options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.enable_retries", 0)]
             options.extend(extra_options)
-            if secure or self._ca is not None:
+            # An explicit scheme says it (a cluster turning client TLS on or off serves some
+            # members over http, others over https, to the same profile); a bare host:port
+            # is dialled with TLS when the profile has a CA.
+            if secure or ("://" not in endpoint and self._ca is not None):
                 creds = grpc.ssl_channel_credentials(
                     root_certificates=self._ca,
                     private_key=self._key,

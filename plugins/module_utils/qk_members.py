@@ -11,6 +11,7 @@ status need (readiness, restarts, and problems a person has to act on).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import re
 from decimal import Decimal, InvalidOperation
@@ -19,6 +20,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
     CLIENT_TLS_DIR,
     DEFAULT_METRICS_PORT,
     PEER_TLS_DIR,
+    SERVE_PLAIN_HTTP,
     schemes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
@@ -240,6 +242,14 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
         {**settings, "cluster": cluster, "namespace": namespace, **schemes(tls)}
     )
     client_port, peer_port = network.client_port, network.peer_port
+    listen_clients = network.listen_client_url()
+    advertise_clients = network.client_url(peer_name, host)
+    if (tls.get("client") or {}).get(SERVE_PLAIN_HTTP):
+        # While client TLS is turned on or off: etcd serves both on the one port (TLS told from
+        # plain by the first bytes), so clients move over without a port or Service changing.
+        plain = dataclasses.replace(network, client_scheme="http")
+        listen_clients += f",{plain.listen_client_url()}"
+        advertise_clients += f",{plain.client_url(peer_name, host)}"
     state = spec["bootstrap"].get("initialClusterState", "New").lower()
     initial = network.initial_cluster(spec["bootstrap"]["static"]["initialCluster"])
     template = spec.get("podTemplate") or {}
@@ -253,8 +263,8 @@ def render_replicaset(peer_name, namespace, spec, settings=None):
             f"--name={peer_name}",
             f"--data-dir={settings['data_dir']}/data",
             f"--listen-peer-urls={network.listen_peer_url()}",
-            f"--listen-client-urls={network.listen_client_url()}",
-            f"--advertise-client-urls={network.client_url(peer_name, host)}",
+            f"--listen-client-urls={listen_clients}",
+            f"--advertise-client-urls={advertise_clients}",
             f"--initial-advertise-peer-urls={network.peer_url(peer_name, host)}",
             f"--initial-cluster={initial}",
             f"--initial-cluster-state={state}",

@@ -18,6 +18,10 @@ import json
 import re
 from decimal import Decimal, InvalidOperation
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    peer_tls_spec,
+    resolve,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_GROUP
 
 MIB = 1 << 20
@@ -117,21 +121,30 @@ def option_flags(options: dict | None) -> list[str]:
 
 def peer_config(peer_spec: dict) -> dict:
     """What of a member's EtcdPeer spec a restart applies: the etcd options it was started
-    with and its pod template. ``{"options": {}}`` for a member created before spec.options
-    existed: it runs etcd's defaults until it is restarted with its cluster's (qk_plan_config).
-    """
-    return {
+    with, its pod template and its TLS (the certificate Secrets it mounts, and whether it also
+    serves plain HTTP while client TLS is turned on or off). ``{"options": {}}`` for a member
+    created before spec.options existed: it runs etcd's defaults until it is restarted with its
+    cluster's (qk_plan_config). ``tls`` only when it has some, so that a plain member's hash is
+    what it was before TLS could change."""
+    config = {
         "options": peer_spec.get("options") or {},
         "podTemplate": peer_spec.get("podTemplate") or {},
     }
+    if peer_spec.get("tls"):
+        config["tls"] = peer_spec["tls"]
+    return config
 
 
-def cluster_config(cluster_spec: dict) -> dict:
-    """The peer_config every member of an EtcdCluster whose spec is ``cluster_spec`` should run."""
-    return {
-        "options": effective_options(cluster_spec),
-        "podTemplate": cluster_spec.get("podTemplate") or {},
-    }
+def cluster_config(cluster_spec: dict, cluster: str) -> dict:
+    """The peer_config every member of EtcdCluster ``cluster`` whose spec is ``cluster_spec``
+    should end up running (qk_plan_config.staged_config says what it runs on the way)."""
+    return peer_config(
+        {
+            "options": effective_options(cluster_spec),
+            "podTemplate": cluster_spec.get("podTemplate"),
+            "tls": peer_tls_spec(resolve(cluster, cluster_spec.get("tls"))),
+        }
+    )
 
 
 def config_hash(config: dict) -> str:

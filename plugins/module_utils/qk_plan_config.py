@@ -1,16 +1,20 @@
 # Copyright: quorumkeeper contributors
 # SPDX-License-Identifier: Apache-2.0
 """The EtcdCluster planner's rolling restart onto a new configuration: a change of
-spec.options or spec.podTemplate (the rule ``roll_config``, see its doc).
+spec.options, spec.podTemplate or spec.tls.client (the rule ``roll_config``, see its doc).
 
 What a member is configured with is its EtcdPeer's peer_config (qk_options: its etcd options
-and pod template); what its pod runs is the hash the pod was started with (annotation
+and pod template, its TLS); what its pod runs is the hash the pod was started with (annotation
 CONFIG_HASH_ANNOTATION); what it was last seen serving with is its EtcdPeer's
 status.configHash, written by the report while the member is healthy.
 """
 
 from __future__ import annotations
 
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    SERVE_PLAIN_HTTP,
+    served_client_schemes,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     ordinal_of,
     seconds_between,
@@ -35,6 +39,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes 
     volumes_changing,
 )
 
+# What a member's configuration is made from, for the messages.
+CONFIG_FIELDS = "spec.options, spec.podTemplate and spec.tls.client"
+
 
 def roll_config(ctx: PlanContext) -> Step | None:
     """The step of a rolling restart onto the cluster's configuration, or None when it has
@@ -54,10 +61,11 @@ def roll_config(ctx: PlanContext) -> Step | None:
     other member is healthy: it serves nothing as it is. Not started while an upgrade or
     another change (scale, replacement, learner, recovery) is under way.
     """
-    wanted = ctx.observed.get("config")
+    final = ctx.observed.get("config")
     peers = ctx.live_peers
-    if not wanted or not peers or not ctx.reachable or any(ctx.lost_data(n) for n in peers):
+    if not final or not peers or not ctx.reachable or any(ctx.lost_data(n) for n in peers):
         return None
+    wanted = staged_config(ctx, final)
     wanted_hash = config_hash(wanted)
     members = ctx.by_peer
     stale, returning = [], []
@@ -107,9 +115,38 @@ def roll_config(ctx: PlanContext) -> Step | None:
         ctx,
         name,
         wanted,
-        f"restarting member {name} onto the new "
-        f"configuration of spec.options and spec.podTemplate ({count}){then}",
+        f"restarting member {name} onto the new configuration of {CONFIG_FIELDS}"
+        f"{_stage_note(final, wanted)} ({count}){then}",
         move_to,
+    )
+
+
+def staged_config(ctx: PlanContext, final: dict) -> dict:
+    """The configuration members are restarted onto now, on the way to ``final``.
+
+    Turning client TLS on or off takes two rolling restarts. ``final`` is restarted onto at
+    once only when every member already serves the schemes it will serve, so that a client of
+    the new scheme (the operator first) reaches every member throughout. Until then each member
+    is first restarted onto a bridge: TLS with the certificates of whichever side has them, and
+    plain HTTP on the same port (SERVE_PLAIN_HTTP). Clients of either scheme work on every
+    member that has taken it, and no member changes from one scheme straight to the other.
+    """
+    final_tls = final.get("tls") or {}
+    serves = served_client_schemes(final_tls)
+    current = [peer.get("tls") or {} for peer in ctx.live_peers.values()]
+    if all(serves <= served_client_schemes(tls) for tls in current):
+        return final
+    bridge = final_tls.get("client") or next(t["client"] for t in current if t.get("client"))
+    return {**final, "tls": {**final_tls, "client": {**bridge, SERVE_PLAIN_HTTP: True}}}
+
+
+def _stage_note(final: dict, wanted: dict) -> str:
+    if wanted is final:
+        return ""
+    turning = "on" if (final.get("tls") or {}).get("client") else "off"
+    return (
+        f", first serving https and http side by side (client TLS is turned {turning} in two "
+        "rolling restarts)"
     )
 
 
@@ -159,7 +196,8 @@ def _wait_for(ctx: PlanContext, name: str, count: str) -> Step:
         "ConfigRolloutFailed",
         f"the rolling restart onto the new configuration stopped at member {name} ({count}): "
         f"{why}; the other members keep serving and are not touched. Put spec.options and "
-        f"spec.podTemplate back to what they were to restart {name} with them at once",
+        f"spec.podTemplate (or spec.tls.client) back to what they were to restart {name} with "
+        "them at once",
         "degraded",
     )
 
@@ -176,8 +214,8 @@ def _restart_down_member(ctx: PlanContext, name: str, wanted: dict, count: str) 
         ctx,
         name,
         wanted,
-        f"restarting member {name}, which is down, onto the configuration "
-        f"of spec.options and spec.podTemplate ({count})",
+        f"restarting member {name}, which is down, onto the configuration of {CONFIG_FIELDS} "
+        f"({count})",
         "",
     )
 

@@ -391,6 +391,40 @@ def test_access_modes_are_immutable_and_the_class_changes_only_to_a_named_one(ku
     )
 
 
+def test_client_tls_turns_on_and_off_and_peer_tls_stays_as_created(kube_api, namespace):
+    resource = "etcdclusters.etcd.quorumkeeper.dev"
+    accepted(create(kube_api, namespace, cluster(tls={"peer": {}})))
+    # Client TLS on, then off, on a running cluster: members roll through both schemes.
+    accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": {}}}}))
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            resource,
+            "c",
+            {"spec": {"tls": {"client": {"serverSecretName": "mine"}}}},
+        ),
+        "spec.tls.client is immutable while client TLS is on",
+        "spec",
+    )
+    accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": None}}}))
+    for tls in (None, {"client": {}, "peer": {"secretName": "mine"}}):
+        rejected(
+            patch(kube_api, namespace, resource, "c", {"spec": {"tls": tls}}),
+            "spec.tls.peer is immutable after creation",
+            "spec",
+        )
+    plain = cluster(name="plain")
+    accepted(create(kube_api, namespace, plain))
+    accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": {"client": {}}}}))
+    accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": None}}))
+    rejected(
+        patch(kube_api, namespace, resource, "plain", {"spec": {"tls": {"peer": {}}}}),
+        "spec.tls.peer is immutable after creation",
+        "spec",
+    )
+
+
 def test_removing_storage_rejected(kube_api, namespace):
     accepted(create(kube_api, namespace, cluster(storage=STORAGE)))
     rejected(

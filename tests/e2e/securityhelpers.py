@@ -1,5 +1,6 @@
 """etcd clients for the security e2e tests: etcdctl run inside a member pod with the
-certificate files of a Secret."""
+certificate files of a Secret; whether client TLS was turned on or off on every member (shared
+with bench/run.py, client_tls)."""
 
 from __future__ import annotations
 
@@ -40,3 +41,20 @@ class InPodClient:
             *tls, *args,
             check=False, timeout=60,
         )  # fmt: skip
+
+
+def members_serve(cluster, tls: bool) -> bool:
+    """Whether every member of the 3 runs its cluster's configuration, healthy, and serves
+    clients over TLS only (``tls``) or plain HTTP only, and the cluster is Available."""
+    status = cluster.get().get("status", {})
+    members = status.get("members", [])
+    clients = [(p["spec"].get("tls") or {}).get("client") for p in cluster.peers()]
+    return (
+        len(members) == 3
+        and all(m.get("configUpToDate") and m["healthy"] for m in members)
+        and len(clients) == 3
+        and all(
+            (c is not None and not c.get("servePlainHTTP")) if tls else c is None for c in clients
+        )
+        and cluster.condition("Available").get("status") == "True"
+    )

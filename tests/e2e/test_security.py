@@ -1,6 +1,7 @@
 """TLS end to end: a cluster created with operator-managed certificates serves only clients with
-a certificate from its CA, keeps working through a scale-up, serves metrics without one, and a
-cluster whose own Secrets are missing says so and starts nothing."""
+a certificate from its CA, keeps working through a scale-up, serves metrics without one; client
+TLS turned on and off on a live cluster under a writer loses no write; and a cluster whose own
+Secrets are missing says so and starts nothing."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import urllib.request
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
 from kubehelpers import PEERS, wait_until
-from securityhelpers import InPodClient, secret_files
+from securityhelpers import InPodClient, members_serve, secret_files
+from upgradehelpers import AckedWriter
 
 MANAGED_SECRETS = {"client-ca", "server-tls", "client-tls", "operator-tls", "peer-ca", "peer-tls"}
 
@@ -75,3 +77,58 @@ def test_missing_own_secrets_are_reported_and_nothing_starts(etcd_cluster):
     available = etcd_cluster.condition("Available")
     assert (available["status"], available["reason"]) == ("False", "CertificatesInvalid")
     assert kube.get(PEERS, namespace=namespace)["items"] == []
+
+
+def test_client_tls_turned_on_and_off_live_loses_no_acknowledged_write(etcd_cluster):
+    kube, namespace, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    ids = etcd_cluster.member_ids()
+    endpoint = etcd_cluster.client_endpoint()
+    with AckedWriter(endpoint, "/tls/", retry_for=5) as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+        etcd_cluster.patch_spec(tls={"client": {}})
+        wait_until(
+            "the application's client certificate",
+            lambda: kube.exists("secret", f"{name}-client-tls", namespace),
+            60,
+        )
+        files = secret_files(kube, namespace, f"{name}-client-tls")
+        writer.use_tls(
+            files["ca.crt"],
+            files["tls.crt"],
+            files["tls.key"],
+            f"{name}-client.{namespace}.svc.cluster.local",
+        )
+        wait_until("every member serving TLS only", lambda: members_serve(etcd_cluster, True), 300)
+        on = writer.summary()
+
+        # Plain HTTP is refused now, a client with the application's certificate is served.
+        assert etcd_cluster.etcdctl("get", "/tls/00000001", check=False).returncode != 0
+        pod = etcd_cluster.pod_of(f"{name}-0")
+        client = InPodClient(kube, namespace, pod["metadata"]["name"], name)
+        client.install("/tmp/app", files)
+        put = client.etcdctl("/tmp/app", "put", "after-tls-on", "yes")
+        assert put.returncode == 0, put.stderr
+        restarts = [
+            e["message"] for e in kube.events(namespace, name) if e["reason"] == "RollingRestart"
+        ]
+        bridged = [m for m in restarts if "client TLS is turned on in two rolling restarts" in m]
+        assert len(bridged) == 3, restarts
+
+        etcd_cluster.patch_spec(tls=None)
+        wait_until(
+            "every member serving plain HTTP", lambda: members_serve(etcd_cluster, False), 300
+        )
+    summary = writer.summary()
+    assert writer.lost() == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    assert summary["acknowledged_by_scheme"]["https"] > 0, summary
+    assert summary["acknowledged_by_scheme"]["http"] > on["acknowledged_by_scheme"]["http"]
+    assert etcd_cluster.member_ids() == ids, "members keep their IDs"
+    assert etcd_cluster.value("after-tls-on") == "yes"
+    wait_until("status.tls gone", lambda: "tls" not in etcd_cluster.get()["status"], 60)
+    restarts = [
+        e["message"] for e in kube.events(namespace, name) if e["reason"] == "RollingRestart"
+    ]
+    assert len([m for m in restarts if "client TLS is turned off" in m]) == 3, restarts

@@ -32,6 +32,30 @@ class AckedWriter:
         self.stop_event = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True, name="acked-writer")
+        # With use_tls: TLS first, plain HTTP when TLS fails (a cluster turning client TLS on or
+        # off serves one, the other or both); writes over each are counted.
+        self.tls: dict | None = None
+        self.by_scheme = {"http": 0, "https": 0}
+
+    def use_tls(self, ca: str, cert: str, key: str, server_name: str) -> None:
+        """Write with this client certificate from now on, plain HTTP where TLS is refused;
+        ``server_name`` is the name the server certificate is checked against."""
+        self.tls = {"ca": ca, "cert": cert, "key": key, "server_name": server_name}
+
+    def _channel(self, secure: bool):
+        import grpc
+        import grpc.aio
+
+        if not secure:
+            return grpc.aio.insecure_channel(self.target)
+        tls = self.tls
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=tls["ca"].encode(),
+            private_key=tls["key"].encode(),
+            certificate_chain=tls["cert"].encode(),
+        )
+        options = [("grpc.ssl_target_name_override", tls["server_name"])]
+        return grpc.aio.secure_channel(self.target, credentials, options=options)
 
     @property
     def attempted(self) -> int:
@@ -44,10 +68,9 @@ class AckedWriter:
             self.error = exc
 
     async def _loop(self):
-        import grpc.aio
         from etcd3aio.kv import KVService
 
-        channel, n = None, 0
+        channel, n, secure, plain_first = None, 0, False, False
         try:
             while not self.stop_event.is_set():
                 n += 1
@@ -58,16 +81,20 @@ class AckedWriter:
                     left = started + self.retry_for - time.monotonic()
                     try:
                         if channel is None:
-                            channel = grpc.aio.insecure_channel(self.target)
+                            secure = self.tls is not None and not plain_first
+                            channel = self._channel(secure)
                         kv = KVService(channel, max_attempts=1)
                         await kv.put(key, value, timeout=max(0.05, min(0.5, left)))
                         self.acknowledged[key] = value
+                        self.by_scheme["https" if secure else "http"] += 1
                         break
                     except Exception as exc:  # noqa: BLE001 - retried, then counted
                         error = f"{type(exc).__name__}: {exc}"[:300]
                         with contextlib.suppress(Exception):
                             await channel.close()
                         channel = None
+                        # With a certificate, the next attempt goes over the other scheme.
+                        plain_first = self.tls is not None and secure
                         if time.monotonic() - started >= self.retry_for:
                             self.failed.append((key, error))
                             break
@@ -103,6 +130,7 @@ class AckedWriter:
             else None,
             "retried_attempts": self.retried,
             "longest_write_seconds": round(self.longest, 3),
+            "acknowledged_by_scheme": dict(self.by_scheme),
             "first_failures": self.failed[:5],
         }
 
@@ -127,20 +155,27 @@ class AckedWriter:
         }
 
     def lost(self, endpoint: str | None = None) -> list[str]:
-        """Acknowledged keys that are missing or hold another value now (read linearizably)."""
+        """Acknowledged keys that are missing or hold another value now (read linearizably;
+        after use_tls over TLS, or plain HTTP when the cluster serves only that)."""
         target = (endpoint or self.target).split("://", 1)[-1]
 
-        async def read():
+        async def read(secure):
             import grpc.aio
             from etcd3aio.kv import KVService
 
-            async with grpc.aio.insecure_channel(target) as channel:
+            channel = self._channel(True) if secure else grpc.aio.insecure_channel(target)
+            async with channel:
                 kv = KVService(channel, max_attempts=3)
                 end = self.prefix[:-1] + chr(ord(self.prefix[-1]) + 1)
-                response = await kv.get(self.prefix, end, timeout=30)
+                response = await kv.get(self.prefix, end, timeout=10 if secure else 30)
                 return {kv_.key.decode(): kv_.value.decode() for kv_ in response.kvs}
 
-        stored = asyncio.run(read())
+        stored = None
+        if self.tls is not None and target == self.target:
+            with contextlib.suppress(Exception):
+                stored = asyncio.run(read(True))
+        if stored is None:
+            stored = asyncio.run(read(False))
         return sorted(k for k, v in self.acknowledged.items() if stored.get(k) != v)
 
 

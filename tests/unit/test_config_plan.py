@@ -257,7 +257,7 @@ def test_the_cluster_configuration_resolves_the_defaults_as_the_peers_get_them()
         "storage": {"volumeClaimTemplate": {"resources": {"requests": {"storage": "1Gi"}}}},
         "options": {"quotaBackendBytes": "256Mi", "allowLargeQuota": False},
     }
-    config = cluster_config(spec)
+    config = cluster_config(spec, "c")
     assert config == {
         "options": {
             "quotaBackendBytes": 256 << 20,
@@ -265,8 +265,8 @@ def test_the_cluster_configuration_resolves_the_defaults_as_the_peers_get_them()
         },
         "podTemplate": {},
     }
-    assert config_hash(config) == config_hash(cluster_config(spec))
-    assert config_hash(config) != config_hash(cluster_config({**spec, "options": {}}))
+    assert config_hash(config) == config_hash(cluster_config(spec, "c"))
+    assert config_hash(config) != config_hash(cluster_config({**spec, "options": {}}, "c"))
 
 
 # -- status and Events ----------------------------------------------------------------------

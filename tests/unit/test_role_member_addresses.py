@@ -15,6 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    member_client_url,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ClusterNetwork
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     render_replicaset,
 )
@@ -97,7 +101,19 @@ def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_por
         "etcdcluster_namespace": "ns",
         "etcdcluster_spec": {"replicas": 4, "version": "3.6.16"},
         "etcdcluster_step": {"action": "add_member", "peer": "c-3"},
-        "etcdcluster_latest": {"peers": [{"name": n, "deleting": False} for n in members[:3]]},
+        # As etcd_cluster_observe reports them: plain members are reached over http.
+        "etcdcluster_latest": {
+            "peers": [
+                {
+                    "name": n,
+                    "deleting": False,
+                    "client_url": member_client_url(
+                        ClusterNetwork("c", "ns", client_port=client_port), n, {}, False
+                    ),
+                }
+                for n in members[:3]
+            ]
+        },
     }
     rendered = _render(
         tmp_path,
