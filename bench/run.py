@@ -32,6 +32,8 @@ Operator (medians over --runs, every sample in the result file):
   acknowledged writes not read back afterwards (issue 8).
 - client_tls: client TLS turned on, then off, on a running cluster of 3 under a writer that
   falls back from one scheme to the other: seconds each way, acknowledged writes lost (issue 17).
+- ca_rotation: both CAs of a TLS cluster of 3 rotated on request under a writer that reads its
+  certificate from the application's Secret: seconds, acknowledged writes lost (issue 17).
 - olm_install: `make olm-install` onto a cluster without OLM (warm toolchain) -> OLM ready, and
   once more with OLM there.
 - olm_subscription: OperatorGroup + Subscription created -> the operator's CSV Succeeded (OLM
@@ -76,7 +78,11 @@ import olmhelpers  # noqa: E402  (tests/e2e/olmhelpers.py)
 from backuphelpers import backup_manifest  # noqa: E402  (tests/e2e/backuphelpers.py)
 from conftest import EtcdClusterDriver  # noqa: E402  (tests/e2e/conftest.py)
 from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noqa: E402
-from securityhelpers import members_serve, secret_files  # noqa: E402  (tests/e2e/securityhelpers.py)
+from securityhelpers import (  # noqa: E402  (tests/e2e/securityhelpers.py)
+    ca_rotated,
+    members_serve,
+    use_application_certificate,
+)
 from upgradehelpers import AckedWriter, wait_upgraded  # noqa: E402  (tests/e2e/upgradehelpers.py)
 
 RESULTS = ROOT / "bench" / "results"
@@ -1584,6 +1590,13 @@ def bench_upgrade(kube: Kube, runs: int) -> None:
     )
 
 
+def writer_outcome(writer: AckedWriter, **timings) -> dict:
+    """One run's sample: its ``timings``, the acknowledged writes not read back, the writer's
+    summary."""
+    lost = writer.lost()
+    return {**timings, "lost_acknowledged": len(lost), "lost_keys": lost[:10], **writer.summary()}
+
+
 def bench_client_tls(kube: Kube, runs: int) -> None:
     """Client TLS turned on, then off again, on a running cluster of 3 while one client writes
     unique keys through the client Service (TLS once the application's certificate exists,
@@ -1606,28 +1619,17 @@ def bench_client_tls(kube: Kube, runs: int) -> None:
                 lambda n=name, ns=namespace: kube.exists("secret", f"{n}-client-tls", ns),
                 60,
             )
-            files = secret_files(kube, namespace, f"{name}-client-tls")
-            writer.use_tls(
-                files["ca.crt"],
-                files["tls.crt"],
-                files["tls.key"],
-                f"{name}-client.{namespace}.svc.cluster.local",
-            )
+            use_application_certificate(driver, writer)
             wait_until("TLS on", lambda d=driver: members_serve(d, True), 600, interval=0.5)
             on_seconds = time.monotonic() - started
             started = time.monotonic()
             driver.patch_spec(tls=None)
             wait_until("TLS off", lambda d=driver: members_serve(d, False), 600, interval=0.5)
             off_seconds = time.monotonic() - started
-        lost = writer.lost()
         samples.append(
-            {
-                "on_seconds": round(on_seconds, 1),
-                "off_seconds": round(off_seconds, 1),
-                "lost_acknowledged": len(lost),
-                "lost_keys": lost[:10],
-                **writer.summary(),
-            }
+            writer_outcome(
+                writer, on_seconds=round(on_seconds, 1), off_seconds=round(off_seconds, 1)
+            )
         )
         print(f"client_tls run {run}: {samples[-1]}", flush=True)
         drop_namespace(kube, driver.namespace)
@@ -1639,6 +1641,48 @@ def bench_client_tls(kube: Kube, runs: int) -> None:
         off_seconds_median=statistics.median(s["off_seconds"] for s in samples),
         lost_acknowledged_writes=sum(s["lost_acknowledged"] for s in samples),
         path="3 members, 3.6.16, operator-managed certificates, two rolling restarts each way",
+        runs=samples,
+    )
+
+
+def bench_ca_rotation(kube: Kube, runs: int) -> None:
+    """Both operator-managed CAs of a TLS cluster of 3 rotated on request while one client
+    writes unique keys through the client Service with the application certificate, read again
+    from its Secret as an application would (each write retried for up to 5 s): the seconds
+    from the request to the last member restarted onto the new CAs alone, the writes
+    acknowledged and the acknowledged writes missing afterwards (each run a new cluster)."""
+    deploy_operator(kube)
+    samples = []
+    for run in range(runs):
+        driver = TLSClusterDriver(kube, fresh_namespace(kube), name="bench")
+        driver.create(3)
+        driver.wait_available(3, timeout=300)
+        with AckedWriter(driver.client_endpoint(), f"/bench-ca/{run}/", retry_for=5) as writer:
+            use_application_certificate(driver, writer)
+            wait_until("the first writes", lambda w=writer: len(w.acknowledged) >= 50, 60)
+            started = time.monotonic()
+            kube(
+                "annotate", CLUSTERS, driver.name, "-n", driver.namespace,
+                f"etcd.quorumkeeper.dev/rotate-ca=bench-{run}",
+            )  # fmt: skip
+            wait_until(
+                "both CAs rotated",
+                lambda d=driver, w=writer, r=run: (
+                    use_application_certificate(d, w) or ca_rotated(d, f"bench-{r}")
+                ),
+                900,
+                interval=1,
+            )
+            seconds = time.monotonic() - started
+        samples.append(writer_outcome(writer, rotation_seconds=round(seconds, 1)))
+        print(f"ca_rotation run {run}: {samples[-1]}", flush=True)
+        drop_namespace(kube, driver.namespace)
+    record(
+        "ca_rotation",
+        [s["rotation_seconds"] for s in samples],
+        "both CAs rotated with 0 acknowledged writes lost (issue 17)",
+        lost_acknowledged_writes=sum(s["lost_acknowledged"] for s in samples),
+        path="3 members, 3.6.16, client and peer CAs: trust both, reissue, drop the old one",
         runs=samples,
     )
 
@@ -2346,6 +2390,7 @@ BENCHMARKS = {
     "restore": bench_restore,
     "upgrade": bench_upgrade,
     "client_tls": bench_client_tls,
+    "ca_rotation": bench_ca_rotation,
     "disaster_recovery": bench_disaster_recovery,
     "olm_install": bench_olm_install,
     "olm_subscription": bench_olm_subscription,

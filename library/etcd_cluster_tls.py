@@ -73,6 +73,24 @@ options:
     description: Client port of the members, for C(client_service_url).
     type: int
     default: 2379
+  peer_port:
+    description: Peer port of the members, where a CA rotation checks the certificate each presents.
+    type: int
+    default: 2380
+  rotate_for:
+    description:
+      - The EtcdCluster's C(etcd.quorumkeeper.dev/rotate-ca) annotation. A value the CA Secrets
+        have not answered yet (their C(etcd.quorumkeeper.dev/rotated-for) annotation) starts a
+        rotation of each operator-managed CA, as two thirds of a CA's validity passing does.
+      - >-
+        A rotation goes in stages, each once the members have taken the one before (their
+        EtcdPeers, and a TLS handshake with each): the new CA is trusted next to the old one
+        (C(trust) gives the bundle's fingerprint, which members must be restarted with), then
+        every leaf is reissued from it, then the old CA is dropped from every C(ca.crt).
+        A CA Secret deleted or broken while members run is replaced the same way, never
+        abruptly.
+    type: str
+    default: ""
   keep_served_client:
     description:
       - Without client TLS in I(tls), whether to keep writing the operator's client
@@ -126,6 +144,20 @@ peer_tls:
   description: The C(tls) of the cluster's EtcdPeer specs (the Secrets member pods mount).
   type: dict
   returned: always
+trust:
+  description: By part (C(client), C(peer)) while its CA is rotated, the fingerprint of the CA
+    bundle every member must be started with (the EtcdPeers' C(tls.<part>.trust)).
+  type: dict
+  returned: always
+rotation:
+  description: By part while its CA is rotated, the stage (C(TrustingNewCA),
+    C(ReissuingCertificates)).
+  type: dict
+  returned: always
+rotated_for:
+  description: The I(rotate_for) the CA Secrets answer.
+  type: str
+  returned: always
 client_kept:
   description: Whether I(keep_served_client) kept the client certificate (C(connection)) for
     members still serving client TLS.
@@ -154,6 +186,7 @@ certificates:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
     CertificateManager,
+    MembersView,
     credentials_dir,
     ensure_certificates,
     kept_client,
@@ -175,7 +208,15 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeError,
     api_client,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import CertificateError
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    config_hash,
+    peer_config,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
+    CertificateError,
+    certificate_der,
+    presented_certificate,
+)
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
@@ -188,10 +229,48 @@ ARGUMENT_SPEC = {
     "credentials_dir": {"type": "path"},
     "cluster_domain": {"type": "str", "default": "cluster.local"},
     "client_port": {"type": "int", "default": 2379},
+    "peer_port": {"type": "int", "default": 2380},
+    "rotate_for": {"type": "str", "default": ""},
     "keep_served_client": {"type": "bool", "default": False},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }
+
+
+class ClusterMembers(MembersView):
+    """The cluster's members as a CA rotation sees them: their EtcdPeers (listed once, only
+    when a rotation asks) and the certificates they present (a TLS handshake with each)."""
+
+    def __init__(self, kube, p, network):
+        self.kube, self.p, self.network = kube, p, network
+        self._peers = None
+
+    def peers(self):
+        if self._peers is None:
+            selector = f"{CLUSTER_LABEL}={self.p['name']}"
+            listed = self.kube.list(
+                self.p["api_version"], "EtcdPeer", self.p["namespace"], label_selector=selector
+            )
+            self._peers = [x for x in listed if not x["metadata"].get("deletionTimestamp")]
+        return self._peers
+
+    def run_bundle(self, part, fingerprint):
+        for peer in self.peers():
+            spec = peer.get("spec") or {}
+            if ((spec.get("tls") or {}).get(part) or {}).get("trust") != fingerprint:
+                return False
+            # Seen serving with that configuration since (written while the member is healthy).
+            if (peer.get("status") or {}).get("configHash") != config_hash(peer_config(spec)):
+                return False
+        return True
+
+    def serve(self, part, cert_pem):
+        port = self.p["client_port"] if part == "client" else self.p["peer_port"]
+        wanted = certificate_der(cert_pem)
+        return all(
+            presented_certificate(self.network.member_host(x["metadata"]["name"]), port) == wanted
+            for x in self.peers()
+        )
 
 
 def run(module, kube):
@@ -211,7 +290,14 @@ def run(module, kube):
     if p["owner_uid"]:
         owner = cluster_owner_reference(p["name"], p["owner_uid"], p["api_version"])
     manager = CertificateManager(kube, network, owner, issue=p["issue"], check=module.check_mode)
-    report = ensure_certificates(manager, resolved, p["replicas"], p["users"])
+    report = ensure_certificates(
+        manager,
+        resolved,
+        p["replicas"],
+        p["users"],
+        rotate_for=p["rotate_for"],
+        members=ClusterMembers(kube, p, network),
+    )
     kept = None
     if "client" not in resolved and p["keep_served_client"]:
         selector = f"{CLUSTER_LABEL}={p['name']}"
@@ -228,7 +314,7 @@ def run(module, kube):
         # For helper pods, which mount the certificate rather than read the operator's files.
         "operator_secret": client.get("operatorSecretName", "") if report.connection else "",
         "client_service_url": network.client_service_url(),
-        "peer_tls": peer_tls_spec(resolved),
+        "peer_tls": peer_tls_spec(resolved, report.trust),
         "client_kept": bool(kept),
         **report.as_dict(),
     }

@@ -125,7 +125,8 @@ def etcd_peer_spec(peer, cluster_spec, state, members, naming):
     ``state`` is ``New`` (an initial member) or ``Existing`` (joins a running cluster);
     ``members`` names the static initial cluster it starts with (itself included); ``naming``
     is the role's network (cluster, namespace, domain, ports) plus ``repository``: used when the
-    cluster sets none, so that a peer keeps its image whatever the operator's default becomes.
+    cluster sets none, so that a peer keeps its image whatever the operator's default becomes;
+    and ``trust``, the CA bundles a member must start with while a CA is rotated.
     """
     if state not in ("New", "Existing"):
         raise ValueError(f"initial cluster state {state!r} must be New or Existing")
@@ -148,7 +149,7 @@ def etcd_peer_spec(peer, cluster_spec, state, members, naming):
     for key in ("storage", "podTemplate"):
         if cluster_spec.get(key):
             spec[key] = cluster_spec[key]
-    tls = peer_tls_spec(resolve(network.cluster, cluster_spec.get("tls")))
+    tls = peer_tls_spec(resolve(network.cluster, cluster_spec.get("tls")), naming.get("trust"))
     if tls:
         spec["tls"] = tls
     spec["options"] = effective_options(cluster_spec)
@@ -161,11 +162,11 @@ def etcd_peer_member(peer, cluster_spec, state, members, naming):
 
 
 @_domain_rule
-def etcd_cluster_config(cluster_spec, cluster):
+def etcd_cluster_config(cluster_spec, cluster, trust=None):
     """The configuration (etcd options, pod template, TLS) every member of EtcdCluster
     ``cluster`` whose spec is ``cluster_spec`` should run: a member whose EtcdPeer says
-    otherwise is restarted with it."""
-    return cluster_config(cluster_spec, cluster)
+    otherwise is restarted with it. ``trust``: status.tls.trust while a CA is rotated."""
+    return cluster_config(cluster_spec, cluster, trust)
 
 
 def etcd_tls_schemes(tls_spec):

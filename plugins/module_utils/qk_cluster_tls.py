@@ -17,11 +17,13 @@ own client certificate where its etcd modules read it.
 from __future__ import annotations
 
 import base64
+import hashlib
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    API_GROUP,
     ClusterNetwork,
     client_service_name,
     member_labels,
@@ -47,6 +49,13 @@ PEER_TLS_DIR = "/etc/etcd/tls/peer"
 # In an EtcdPeer's tls.client: the member also serves plain HTTP on the client port, while
 # client TLS is turned on or off (qk_plan_config.staged_config).
 SERVE_PLAIN_HTTP = "servePlainHTTP"
+# On the EtcdCluster: a new value asks for new CAs (a rotation of both, without downtime). On a
+# CA Secret: the request the rotation that made it answered.
+ROTATE_ANNOTATION = f"{API_GROUP}/rotate-ca"
+ROTATED_FOR_ANNOTATION = f"{API_GROUP}/rotated-for"
+# The stages of a CA rotation, as status.tls.rotation says them: members first trust the new CA
+# next to the old one, then the leaves are reissued from it, then the old CA is dropped.
+TRUSTING, REISSUING = "TrustingNewCA", "ReissuingCertificates"
 # etcd authenticates a client certificate as the user its CN names once auth is on: the
 # operator's is root.
 OPERATOR_USER = "root"
@@ -88,8 +97,11 @@ def resolve(cluster: str, tls_spec: dict | None) -> dict:
     return resolved
 
 
-def peer_tls_spec(resolved: dict) -> dict:
-    """The ``tls`` of an EtcdPeer spec: the Secrets its pod mounts."""
+def peer_tls_spec(resolved: dict, trust: dict | None = None) -> dict:
+    """The ``tls`` of an EtcdPeer spec: the Secrets its pod mounts, and while a CA is rotated
+    the fingerprint of the CA bundle it must have loaded (``trust``, by part: etcd reads its
+    trusted CAs once, at start, so a member restarts to take a new bundle)."""
+    trust = trust or {}
     spec = {}
     if "client" in resolved:
         spec["client"] = {
@@ -98,6 +110,9 @@ def peer_tls_spec(resolved: dict) -> dict:
         }
     if "peer" in resolved:
         spec["peer"] = {"secretName": resolved["peer"]["secretName"]}
+    for part, settings in spec.items():
+        if trust.get(part):
+            settings["trust"] = trust[part]
     return spec
 
 
@@ -176,6 +191,11 @@ class TLSReport:
     problems: list = field(default_factory=list)  # sentences naming the Secret
     certificates: list = field(default_factory=list)  # status.tls.certificates entries
     connection: dict = field(default_factory=dict)  # ca_cert, client_cert, client_key paths
+    # By part (client, peer) while its CA is rotated: the bundle's fingerprint members must
+    # run with, and the stage (TRUSTING, REISSUING).
+    trust: dict = field(default_factory=dict)
+    rotation: dict = field(default_factory=dict)
+    rotated_for: str = ""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -197,6 +217,7 @@ class CertificateManager:
         self.check = check  # check mode: say what would be issued, write nothing
         self.report = TLSReport()
         self._cache: dict = {}
+        self._annotations: dict = {}
 
     # -- Secrets ------------------------------------------------------------------------------
 
@@ -210,13 +231,23 @@ class CertificateManager:
                 # rewritten for the operator's.
                 files = {}
             self._cache[name] = files
+            metadata = (secret or {}).get("metadata") or {}
+            self._annotations[name] = dict(metadata.get("annotations") or {})
         return self._cache[name]
 
-    def write(self, name: str, files: dict, reason: str, existed: bool):
+    def annotations(self, name: str) -> dict:
+        self.read(name)
+        return self._annotations.get(name) or {}
+
+    def write(self, name: str, files: dict, reason: str, existed: bool, annotations=None):
         self.report.issued.append({"secret": name, "reason": reason})
-        self._cache[name] = files
+        # Keys not written stay, in the Secret (a merge patch) as here.
+        self._cache[name] = {**(self._cache.get(name) or {}), **files}
+        if annotations:
+            self._annotations[name] = {**self._annotations.get(name, {}), **annotations}
         if self.check:
             return
+        metadata = {"annotations": annotations} if annotations else {}
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -226,11 +257,13 @@ class CertificateManager:
                 "namespace": self.network.namespace,
                 "labels": member_labels(self.network.cluster),
                 **({"ownerReferences": [self.owner]} if self.owner else {}),
+                **metadata,
             },
             "data": _encode(files),
         }
         if existed:
-            self.kube.patch("v1", "Secret", name, {"data": body["data"]}, self.network.namespace)
+            patch = {"data": body["data"], **({"metadata": metadata} if metadata else {})}
+            self.kube.patch("v1", "Secret", name, patch, self.network.namespace)
         else:
             self.kube.create(body)
 
@@ -251,23 +284,67 @@ class CertificateManager:
 
     # -- operator-managed ---------------------------------------------------------------------
 
-    def ensure_ca(self, name: str, common_name: str) -> dict | None:
+    def ensure_ca(self, name: str, common_name: str, *, rotate_for="", leaves=()) -> dict | None:
+        """The CA Secret ``name``: ``tls.crt``/``tls.key`` the CA that signs, ``ca.crt`` the
+        bundle members and clients trust (the signing CA, and the one it replaces while a
+        rotation goes on).
+
+        A rotation starts when ``rotate_for`` (the EtcdCluster's ROTATE_ANNOTATION) is not the
+        request the Secret answered last, when two thirds of the CA's validity have passed, or
+        when the CA is gone or unusable while ``leaves`` (Secret names) still hold the CA that
+        running members trust: a new CA is made and trusted next to the old one, never in its
+        place (members would refuse each other's certificates)."""
         existing = self.read(name)
-        if existing and not _certs().certificate_problems(
+        valid = bool(existing) and not _certs().certificate_problems(
             existing.get(CERT_KEY, ""), existing.get(KEY_KEY), existing.get(CERT_KEY, "")
-        ):
-            self.record(name, "ca", existing)
-            return existing
+        )
+        if valid:
+            rotating = len(_certs().bundle_certificates(existing.get(CA_KEY) or "")) > 1
+            asked = rotate_for and self.annotations(name).get(ROTATED_FOR_ANNOTATION) != rotate_for
+            due = asked or _certs().renewal_due(existing[CERT_KEY])
+            if rotating or not due or not self.issue:
+                self.record(name, "ca", existing)
+                return existing
+            old_trust = [existing[CERT_KEY]]
+            reason = "rotated: a new CA, trusted next to the old one until every member uses it"
+        else:
+            old_trust = self._trust_of(leaves)
+            reason = (
+                "replaced: the CA was missing or unusable; the new one is trusted next to the "
+                "one the members' certificates were signed by until every member uses it"
+                if old_trust
+                else ("replaced" if existing else "created")
+            )
         if not self.issue:
             self.report.problems.append(f"Secret {name} (the cluster's CA) is missing or invalid")
             return None
         cert, key = _certs().new_ca(common_name)
-        files = {CERT_KEY: cert, KEY_KEY: key, CA_KEY: cert}
-        self.write(name, files, "replaced" if existing else "created", existing is not None)
+        bundle = "".join([cert, *[c for c in old_trust if c != cert]])
+        files = {CERT_KEY: cert, KEY_KEY: key, CA_KEY: bundle}
+        annotations = {ROTATED_FOR_ANNOTATION: rotate_for} if rotate_for else None
+        self.write(name, files, reason, existing is not None, annotations)
         self.record(name, "ca", files)
         return files
 
+    def _trust_of(self, leaves) -> list[str]:
+        """The CA certificates the ``leaves`` Secrets say they were signed by and trust (what
+        running members have loaded), each once."""
+        found = []
+        for leaf in leaves:
+            try:
+                bundle = _certs().bundle_certificates((self.read(leaf) or {}).get(CA_KEY) or "")
+            except _certs().CertificateError:
+                continue
+            found.extend(c for c in bundle if c not in found)
+        return found
+
     def ensure_leaf(self, name, purpose, ca, common_name, *, dns_names=(), server, client):
+        """The leaf Secret ``name``, signed by ``ca`` (``signers``: the CA certificates it may
+        be signed by, ``ca[CERT_KEY]`` unless a rotation still accepts the old one) and with
+        ``ca.crt`` the bundle ``ca[CA_KEY]``: issued, renewed or replaced when wrong; only its
+        ``ca.crt`` rewritten when that is all that changed (the key stays, no new leaf)."""
+        signers = ca.get("signers") or ca[CERT_KEY]
+        trust = ca.get(CA_KEY) or ca[CERT_KEY]
         files = self.read(name)
         existed = files is not None
         reason = None
@@ -278,7 +355,7 @@ class CertificateManager:
             problems = _certs().certificate_problems(
                 files.get(CERT_KEY, ""),
                 files.get(KEY_KEY),
-                ca[CERT_KEY],
+                signers,
                 dns_names=[n for n in dns_names if not n.startswith("*.")],
                 server=server,
                 client=client,
@@ -287,8 +364,9 @@ class CertificateManager:
                 reason = "replaced: " + "; ".join(problems)
             elif _certs().renewal_due(files[CERT_KEY]):
                 reason = "renewed"
-            elif files.get(CA_KEY) != ca[CERT_KEY]:
-                reason = "replaced: its ca.crt is not the cluster's CA"
+            elif files.get(CA_KEY) != trust and self.issue:
+                self.write(name, {CA_KEY: trust}, "trust updated: ca.crt is the CA bundle", True)
+                files = self.read(name)
         if reason and self.issue:
             cert, key = _certs().issue_leaf(
                 ca[CERT_KEY],
@@ -299,7 +377,7 @@ class CertificateManager:
                 server=server,
                 client=client,
             )
-            files = {CERT_KEY: cert, KEY_KEY: key, CA_KEY: ca[CERT_KEY]}
+            files = {CERT_KEY: cert, KEY_KEY: key, CA_KEY: trust}
             self.write(name, files, reason, existed)
         elif reason and not files:
             self.report.problems.append(f"Secret {name} ({purpose} certificate) does not exist")
@@ -336,34 +414,56 @@ class CertificateManager:
         return None if problems else files
 
 
+class MembersView:
+    """What a CA rotation must know of the members (the module reading EtcdPeers and shaking
+    hands with the members gives the real one; tests give their own)."""
+
+    def run_bundle(self, part: str, fingerprint: str) -> bool:
+        """Whether every member was started with the CA bundle of ``fingerprint`` for ``part``
+        (client or peer) and has been seen serving since."""
+        raise NotImplementedError
+
+    def serve(self, part: str, cert_pem: str) -> bool:
+        """Whether every member presents ``cert_pem`` on ``part``'s port."""
+        raise NotImplementedError
+
+
 def ensure_certificates(
-    manager: CertificateManager, resolved: dict, replicas: int, users=()
+    manager: CertificateManager,
+    resolved: dict,
+    replicas: int,
+    users=(),
+    *,
+    rotate_for: str = "",
+    members: MembersView | None = None,
 ) -> TLSReport:
     """Make the cluster's certificate Secrets what ``resolved`` asks for (operator-managed ones
     issued, renewed once two thirds of their validity has passed, or replaced when wrong; the
     user's own ones only checked), and return what was found and done. ``users``: the etcd
     users of spec.auth, each given a client certificate whose CN is the user in its credential
-    Secret (only with an operator-managed client CA, which can sign one)."""
+    Secret (only with an operator-managed client CA, which can sign one).
+
+    An operator-managed CA is rotated (``rotate_for``, see ensure_ca) in three stages, each only
+    once ``members`` say the one before has reached every member: the new CA is trusted next to
+    the old one (``status.tls.trust`` changes, and the planner restarts the members one at a time
+    to load the bundle: etcd reads trusted CAs only at start), the leaves are reissued from it
+    (etcd reads its own certificate again for each connection), and once every member presents
+    its new certificate the old CA is dropped from the bundle (another rolling restart)."""
     network, names = manager.network, secret_names(manager.network.cluster)
     cluster = network.cluster
-    members = member_dns_names(network)
+    members_names = member_dns_names(network)
     client = resolved.get("client")
     if client and client["managed"]:
-        ca = manager.ensure_ca(names["client_ca"], f"{cluster} etcd client CA")
-        if ca:
-            manager.ensure_leaf(
-                names["server"], "server", ca, cluster, dns_names=members, server=True, client=True
-            )
-            manager.ensure_leaf(
-                names["client"], "client", ca, f"{cluster}-client", server=False, client=True
-            )
-            manager.ensure_leaf(
-                names["operator"], "operator", ca, OPERATOR_USER, server=False, client=True
-            )
-            for user in users:
-                manager.ensure_leaf(
-                    user_secret_name(cluster, user), "user", ca, user, server=False, client=True
-                )
+        leaves = [
+            (names["server"], "server", cluster, members_names, True),
+            (names["client"], "client", f"{cluster}-client", (), False),
+            (names["operator"], "operator", OPERATOR_USER, (), False),
+            *[(user_secret_name(cluster, u), "user", u, (), False) for u in users],
+        ]
+        _ensure_managed(
+            manager, "client", names["client_ca"], f"{cluster} etcd client CA", leaves,
+            rotate_for, members,
+        )  # fmt: skip
     elif client:
         manager.check_own(
             client["secretName"],
@@ -382,11 +482,11 @@ def ensure_certificates(
         )
     peer = resolved.get("peer")
     if peer and peer["managed"]:
-        ca = manager.ensure_ca(names["peer_ca"], f"{cluster} etcd peer CA")
-        if ca:
-            manager.ensure_leaf(
-                names["peer"], "peer", ca, cluster, dns_names=members, server=True, client=True
-            )
+        leaves = [(names["peer"], "peer", cluster, members_names, True)]
+        _ensure_managed(
+            manager, "peer", names["peer_ca"], f"{cluster} etcd peer CA", leaves,
+            rotate_for, members,
+        )  # fmt: skip
     elif peer:
         manager.check_own(
             peer["secretName"],
@@ -396,7 +496,57 @@ def ensure_certificates(
             client=True,
             field_path="spec.tls.peer.secretName",
         )
+    manager.report.rotated_for = rotate_for
     return manager.report
+
+
+def _ensure_managed(manager, part, ca_name, ca_subject, leaves, rotate_for, members):
+    """One operator-managed CA (``part``: client or peer) and the ``leaves`` it signs, each
+    ``(secret, purpose, common name, DNS names, server)``, through the stages of a rotation."""
+    signed = [leaf[0] for leaf in leaves]
+    ca = manager.ensure_ca(ca_name, ca_subject, rotate_for=rotate_for, leaves=signed)
+    if not ca:
+        return
+    if len(_certs().bundle_certificates(ca[CA_KEY])) > 1:
+        fingerprint = trust_fingerprint(ca[CA_KEY])
+        manager.report.trust[part] = fingerprint
+        if members is None or not members.run_bundle(part, fingerprint):
+            # Members not restarted yet trust only the old CA: leaves it signed stay.
+            manager.report.rotation[part] = TRUSTING
+            ca = {**ca, "signers": ca[CA_KEY]}
+        else:
+            manager.report.rotation[part] = REISSUING
+    issued = {}
+    for secret, purpose, common_name, dns_names, server in leaves:
+        issued[secret] = manager.ensure_leaf(
+            secret, purpose, ca, common_name, dns_names=dns_names, server=server, client=True
+        )
+    if manager.report.rotation.get(part) != REISSUING or not manager.issue:
+        return
+    served = issued.get(leaves[0][0])
+    if not served or not members.serve(part, served[CERT_KEY]):
+        return
+    # Every member presents its certificate from the new CA: the old one is trusted no more.
+    manager.write(
+        ca_name, {CA_KEY: ca[CERT_KEY]}, "rotation finished: only the new CA is trusted", True
+    )
+    done = {**ca, CA_KEY: ca[CERT_KEY]}
+    for secret, purpose, common_name, dns_names, server in leaves:
+        manager.report.certificates = [
+            c for c in manager.report.certificates if c["secretName"] != secret
+        ]
+        manager.ensure_leaf(
+            secret, purpose, done, common_name, dns_names=dns_names, server=server, client=True
+        )
+    del manager.report.trust[part], manager.report.rotation[part]
+
+
+def trust_fingerprint(bundle_pem: str) -> str:
+    """A short fingerprint of a CA bundle, whatever the order of its certificates."""
+    digest = hashlib.sha256()
+    for cert in sorted(_certs().bundle_certificates(bundle_pem)):
+        digest.update(cert.encode())
+    return digest.hexdigest()[:16]
 
 
 def kept_client(cluster: str, peers) -> dict | None:

@@ -135,14 +135,15 @@ def peer_config(peer_spec: dict) -> dict:
     return config
 
 
-def cluster_config(cluster_spec: dict, cluster: str) -> dict:
+def cluster_config(cluster_spec: dict, cluster: str, trust: dict | None = None) -> dict:
     """The peer_config every member of EtcdCluster ``cluster`` whose spec is ``cluster_spec``
-    should end up running (qk_plan_config.staged_config says what it runs on the way)."""
+    should end up running (qk_plan_config.staged_config says what it runs on the way);
+    ``trust``: the CA bundles' fingerprints while a CA is rotated (status.tls.trust)."""
     return peer_config(
         {
             "options": effective_options(cluster_spec),
             "podTemplate": cluster_spec.get("podTemplate"),
-            "tls": peer_tls_spec(resolve(cluster, cluster_spec.get("tls"))),
+            "tls": peer_tls_spec(resolve(cluster, cluster_spec.get("tls")), trust),
         }
     )
 

@@ -116,7 +116,7 @@ def roll_config(ctx: PlanContext) -> Step | None:
         name,
         wanted,
         f"restarting member {name} onto the new configuration of {CONFIG_FIELDS}"
-        f"{_stage_note(final, wanted)} ({count}){then}",
+        f"{_stage_note(ctx, name, final, wanted)} ({count}){then}",
         move_to,
     )
 
@@ -140,14 +140,21 @@ def staged_config(ctx: PlanContext, final: dict) -> dict:
     return {**final, "tls": {**final_tls, "client": {**bridge, SERVE_PLAIN_HTTP: True}}}
 
 
-def _stage_note(final: dict, wanted: dict) -> str:
-    if wanted is final:
-        return ""
-    turning = "on" if (final.get("tls") or {}).get("client") else "off"
-    return (
-        f", first serving https and http side by side (client TLS is turned {turning} in two "
-        "rolling restarts)"
-    )
+def _stage_note(ctx: PlanContext, name: str, final: dict, wanted: dict) -> str:
+    if wanted is not final:
+        turning = "on" if (final.get("tls") or {}).get("client") else "off"
+        return (
+            f", first serving https and http side by side (client TLS is turned {turning} in "
+            "two rolling restarts)"
+        )
+    running = (ctx.live_peers.get(name) or {}).get("tls") or {}
+    target = wanted.get("tls") or {}
+    if any(
+        (running.get(part) or {}).get("trust") != (target.get(part) or {}).get("trust")
+        for part in ("client", "peer")
+    ):
+        return ", to load the CA bundle of a CA rotation (status.tls.rotation)"
+    return ""
 
 
 def _restarted_for_config(peer: dict, pod_hash: str | None) -> bool:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ipaddress
 import math
+import socket
+import ssl
 from datetime import UTC, datetime, timedelta
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
@@ -317,6 +319,29 @@ def issue_leaf(
 # --------------------------------------------------------------------------------------------
 # Reading certificates
 # --------------------------------------------------------------------------------------------
+
+
+def certificate_der(cert_pem: str) -> bytes:
+    """The DER encoding of the first certificate of a PEM (what a TLS handshake carries)."""
+    return _load_certificate(cert_pem).public_bytes(serialization.Encoding.DER)
+
+
+def presented_certificate(host: str, port: int, timeout: float = 3.0) -> bytes | None:
+    """The certificate (DER) a TLS server at ``host:port`` presents, or None when none could be
+    had. Nothing is verified: the caller compares it with the one it expects. With TLS 1.3 the
+    client's certificate is sent after the server's, so a server that requires one still
+    presents its own first."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            return tls.getpeercert(binary_form=True)
+    except OSError:
+        return None
 
 
 def certificate_facts(cert_pem: str) -> dict:

@@ -1,6 +1,6 @@
 """etcd clients for the security e2e tests: etcdctl run inside a member pod with the
-certificate files of a Secret; whether client TLS was turned on or off on every member (shared
-with bench/run.py, client_tls)."""
+certificate files of a Secret; whether client TLS was turned on or off on every member, and a
+CA rotation is done (shared with bench/run.py, client_tls and ca_rotation)."""
 
 from __future__ import annotations
 
@@ -56,5 +56,29 @@ def members_serve(cluster, tls: bool) -> bool:
         and all(
             (c is not None and not c.get("servePlainHTTP")) if tls else c is None for c in clients
         )
+        and cluster.condition("Available").get("status") == "True"
+    )
+
+
+def use_application_certificate(cluster, writer) -> None:
+    """Make ``writer`` (upgradehelpers.AckedWriter) write with the application certificate in
+    ``<cluster>-client-tls`` now, as an application that reads its mounted Secret again for new
+    connections."""
+    files = secret_files(cluster.kube, cluster.namespace, f"{cluster.name}-client-tls")
+    server_name = f"{cluster.name}-client.{cluster.namespace}.svc.cluster.local"
+    writer.use_tls(files["ca.crt"], files["tls.crt"], files["tls.key"], server_name)
+
+
+def ca_rotated(cluster, request: str) -> bool:
+    """Whether the CA rotation asked for with ``request`` is over: answered, no stage left, and
+    every member of the 3 healthy, restarted onto the new CA alone, and Available."""
+    status = cluster.get().get("status", {})
+    tls, members = status.get("tls", {}), status.get("members", [])
+    return (
+        tls.get("rotatedFor") == request
+        and not tls.get("rotation")
+        and len(members) == 3
+        and all(m.get("configUpToDate") and m["healthy"] for m in members)
+        and not [p for p in cluster.peers() if "trust" in str(p["spec"].get("tls"))]
         and cluster.condition("Available").get("status") == "True"
     )

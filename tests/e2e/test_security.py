@@ -1,17 +1,24 @@
 """TLS end to end: a cluster created with operator-managed certificates serves only clients with
 a certificate from its CA, keeps working through a scale-up, serves metrics without one; client
-TLS turned on and off on a live cluster under a writer loses no write; and a cluster whose own
-Secrets are missing says so and starts nothing."""
+TLS turned on and off on a live cluster under a writer loses no write, and so does a rotation of
+both CAs; and a cluster whose own Secrets are missing says so and starts nothing."""
 
 from __future__ import annotations
 
 import urllib.request
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
-from kubehelpers import PEERS, wait_until
-from securityhelpers import InPodClient, members_serve, secret_files
+from kubehelpers import CLUSTERS, PEERS, wait_until
+from securityhelpers import (
+    InPodClient,
+    ca_rotated,
+    members_serve,
+    secret_files,
+    use_application_certificate,
+)
 from upgradehelpers import AckedWriter
 
+PARTS = ("client", "peer")
 MANAGED_SECRETS = {"client-ca", "server-tls", "client-tls", "operator-tls", "peer-ca", "peer-tls"}
 
 
@@ -93,13 +100,8 @@ def test_client_tls_turned_on_and_off_live_loses_no_acknowledged_write(etcd_clus
             lambda: kube.exists("secret", f"{name}-client-tls", namespace),
             60,
         )
+        use_application_certificate(etcd_cluster, writer)
         files = secret_files(kube, namespace, f"{name}-client-tls")
-        writer.use_tls(
-            files["ca.crt"],
-            files["tls.crt"],
-            files["tls.key"],
-            f"{name}-client.{namespace}.svc.cluster.local",
-        )
         wait_until("every member serving TLS only", lambda: members_serve(etcd_cluster, True), 300)
         on = writer.summary()
 
@@ -132,3 +134,51 @@ def test_client_tls_turned_on_and_off_live_loses_no_acknowledged_write(etcd_clus
         e["message"] for e in kube.events(namespace, name) if e["reason"] == "RollingRestart"
     ]
     assert len([m for m in restarts if "client TLS is turned off" in m]) == 3, restarts
+
+
+def test_both_cas_rotated_on_request_under_a_writer_lose_no_acknowledged_write(etcd_cluster):
+    kube, namespace, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    manifest = etcd_cluster.manifest(3)
+    manifest["spec"]["tls"] = {"client": {}, "peer": {}}
+    kube.apply(manifest)
+    etcd_cluster.wait_available(3, timeout=240)
+    ids = etcd_cluster.member_ids()
+    old_cas = {p: secret_files(kube, namespace, f"{name}-{p}-ca")["tls.crt"] for p in PARTS}
+    old_app = secret_files(kube, namespace, f"{name}-client-tls")
+    endpoint = etcd_cluster.client_endpoint()
+    with AckedWriter(endpoint, "/rotation/", retry_for=5) as writer:
+        use_application_certificate(etcd_cluster, writer)
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 60)
+        kube("annotate", CLUSTERS, name, "-n", namespace, "etcd.quorumkeeper.dev/rotate-ca=first")
+        wait_until(
+            "both CAs rotated",
+            lambda: (
+                use_application_certificate(etcd_cluster, writer)
+                or ca_rotated(etcd_cluster, "first")
+            ),
+            600,
+            interval=1,
+        )
+    summary = writer.summary()
+    assert writer.lost() == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    assert summary["acknowledged_by_scheme"]["http"] == 0, "TLS all along"
+    assert etcd_cluster.member_ids() == ids, "members keep their IDs"
+
+    for part in PARTS:
+        ca = secret_files(kube, namespace, f"{name}-{part}-ca")
+        assert ca["tls.crt"] != old_cas[part] and ca["ca.crt"] == ca["tls.crt"], part
+    app = secret_files(kube, namespace, f"{name}-client-tls")
+    assert app["ca.crt"] == secret_files(kube, namespace, f"{name}-client-ca")["tls.crt"]
+    reasons = etcd_cluster.event_reasons()
+    assert {"CARotation", "CertificateTrustUpdated", "RollingRestart"} <= reasons, reasons
+
+    # The new application certificate is served; the one from before the rotation is refused.
+    pod = etcd_cluster.pod_of(f"{name}-0")
+    client = InPodClient(kube, namespace, pod["metadata"]["name"], name)
+    client.install("/tmp/new", app)
+    put = client.etcdctl("/tmp/new", "put", "after-rotation", "yes")
+    assert put.returncode == 0, put.stderr
+    client.install("/tmp/old", {**old_app, "ca.crt": app["ca.crt"]})
+    refused = client.etcdctl("/tmp/old", "get", "after-rotation")
+    assert refused.returncode != 0 and "yes" not in refused.stdout

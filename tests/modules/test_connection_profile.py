@@ -27,7 +27,12 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors i
     EtcdOperationError,
     EtcdUnreachable,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
+    certificate_der,
+    issue_leaf,
+    new_ca,
+    presented_certificate,
+)
 from etcd3aio.auth import AuthService
 
 import etcdharness
@@ -118,6 +123,25 @@ def test_a_tls_profile_reads_and_writes_a_member_that_requires_client_certificat
         assert [m["client_urls"] for m in members] == [[tls_member]]
         client.put("/tls/key", "over TLS")
         assert client.get("/tls/key") == b"over TLS"
+
+
+def test_a_tls_profile_reaches_a_plain_member_by_its_http_url(etcd_factory, pki):
+    # While client TLS is turned on or off, one profile reaches members of either scheme: the
+    # endpoint's scheme says whether to dial TLS.
+    (url,) = etcd_factory(1).endpoints()
+    assert url.startswith("http://")
+    with etcd_client(tls_profile(pki, url)) as client:
+        client.put("/plain/key", "no TLS")
+        assert client.get("/plain/key") == b"no TLS"
+
+
+def test_a_member_presents_its_certificate_to_a_handshake_without_one(tls_member, pki):
+    # A CA rotation checks which certificate each member presents; members require a client
+    # certificate, and TLS 1.3 shows theirs first.
+    host, port = tls_member.removeprefix("https://").split(":")
+    served = presented_certificate(host, int(port))
+    assert served == certificate_der(pki.server_cert.read_text())
+    assert presented_certificate(host, etcdharness.free_port(), timeout=1) is None
 
 
 def test_a_tls_profile_without_the_client_certificate_is_refused_in_words(tls_member, pki):

@@ -23,6 +23,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
     etcd_cluster_plan as plan,
 )
 from test_config_plan import member, observation, pod
+from test_config_plan import peer as config_plan_peer
 
 OPTIONS = {"snapshotCount": 10000}
 MANAGED_CLIENT = {"secretName": "c-server-tls", "clientCertAuth": True}
@@ -33,22 +34,9 @@ def config_of(tls):
 
 
 def peer(i, tls):
+    """An EtcdPeer asking for and seen serving with the options and ``tls``."""
     digest = config_hash(config_of(tls))
-    return {
-        "name": f"c-{i}",
-        "uid": f"peer-{i}",
-        "deleting": False,
-        "age": 600.0,
-        "state": "New",
-        "initial_cluster": ["c-0", "c-1", "c-2"],
-        "member_id": f"{i:016x}",
-        "pvc_uid": f"uid-{i}",
-        "version": "3.6.16",
-        "repository": "quay.io/coreos/etcd",
-        "config_hash": digest,
-        "tls": tls,
-        "status": {"serverVersion": "3.6.16", "configHash": digest},
-    }
+    return {**config_plan_peer(i, digest, digest), "tls": tls}
 
 
 def roll(tls_of_members, final_tls, leader=0):

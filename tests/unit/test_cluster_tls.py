@@ -7,7 +7,10 @@ import base64
 from datetime import UTC, datetime, timedelta
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    REISSUING,
+    TRUSTING,
     CertificateManager,
+    MembersView,
     ensure_certificates,
     member_dns_names,
     peer_tls_spec,
@@ -19,6 +22,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members impor
     render_replicaset,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
+    bundle_certificates,
     certificate_facts,
     certificate_problems,
     issue_leaf,
@@ -43,9 +47,19 @@ class SecretStore:
         return obj
 
     def patch(self, api_version, kind, name, patch, namespace=None):
+        # A merge patch, as the API server applies it: data keys and annotations merge.
         self.calls.append(("patch", name))
-        self.secrets[name] = {**self.secrets[name], **patch}
+        secret = self.secrets[name]
+        metadata = dict(secret.get("metadata") or {})
+        annotations = (patch.get("metadata") or {}).get("annotations")
+        if annotations:
+            metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+        data = {**(secret.get("data") or {}), **(patch.get("data") or {})}
+        self.secrets[name] = {**secret, "metadata": metadata, "data": data}
         return self.secrets[name]
+
+    def delete(self, name):
+        del self.secrets[name]
 
     def files(self, name):
         data = self.secrets[name]["data"]
@@ -155,3 +169,116 @@ def test_own_secrets_are_checked_never_written():
     text = " ".join(report.problems)
     assert "c-0.c.ns.svc.cluster.local" in text and "serverSecretName" in text
     assert "operatorSecretName: Secret ns/gone does not exist" in text
+
+
+class Members(MembersView):
+    """Members as a test says they are: started with the CA bundle of ``bundle[part]``, and
+    presenting ``serving[part]``; ``asked`` records the questions (a steady cluster asks none)."""
+
+    def __init__(self):
+        self.bundle, self.serving, self.asked = {}, {}, []
+
+    def run_bundle(self, part, fingerprint):
+        self.asked.append(("run_bundle", part))
+        return self.bundle.get(part) == fingerprint
+
+    def serve(self, part, cert_pem):
+        self.asked.append(("serve", part))
+        return self.serving.get(part) == cert_pem
+
+
+def signed_by(store, leaf, ca_pem):
+    files = store.files(leaf)
+    return certificate_problems(files["tls.crt"], files["tls.key"], ca_pem) == []
+
+
+def test_a_ca_rotation_trusts_the_new_ca_then_reissues_then_drops_the_old_one():
+    store, members = SecretStore(), Members()
+    resolved = resolve("c", {"client": {}, "peer": {}})
+
+    def run(rotate_for="r1"):
+        manager = CertificateManager(store, NETWORK, None)
+        return ensure_certificates(
+            manager, resolved, 3, ["app"], rotate_for=rotate_for, members=members
+        )
+
+    run(rotate_for="")
+    assert members.asked == [], "a steady cluster asks its members nothing"
+    old = {part: store.files(f"c-{part}-ca")["tls.crt"] for part in ("client", "peer")}
+    leaves = {"client": ["c-server-tls", "c-client-tls", "c-operator-tls", "c-user-app"],
+              "peer": ["c-peer-tls"]}  # fmt: skip
+    before = {leaf: store.files(leaf)["tls.crt"] for part in leaves for leaf in leaves[part]}
+
+    # 1. Asked for: new CAs, trusted next to the old ones; the leaves keep their certificates
+    # and get the bundle as ca.crt, for members to be restarted with (report.trust).
+    report = run()
+    assert report.rotation == {"client": TRUSTING, "peer": TRUSTING}
+    for part in ("client", "peer"):
+        ca = store.files(f"c-{part}-ca")
+        assert ca["tls.crt"] != old[part]
+        assert bundle_certificates(ca["ca.crt"]) == [ca["tls.crt"], old[part]]
+        for leaf in leaves[part]:
+            assert store.files(leaf)["tls.crt"] == before[leaf]
+            assert store.files(leaf)["ca.crt"] == ca["ca.crt"]
+    annotations = store.secrets["c-client-ca"]["metadata"]["annotations"]
+    assert annotations["etcd.quorumkeeper.dev/rotated-for"] == "r1"
+    assert {i["reason"].split(":")[0] for i in report.issued} == {"rotated", "trust updated"}
+    assert run().issued == [], "nothing more until the members run with the bundle"
+
+    # 2. Every member restarted with the bundle: every leaf is reissued from the new CA.
+    members.bundle = dict(report.trust)
+    report = run()
+    assert report.rotation == {"client": REISSUING, "peer": REISSUING}
+    for part in ("client", "peer"):
+        ca = store.files(f"c-{part}-ca")
+        for leaf in leaves[part]:
+            assert signed_by(store, leaf, ca["tls.crt"]), leaf
+            assert store.files(leaf)["ca.crt"] == ca["ca.crt"]
+    assert run().rotation == {"client": REISSUING, "peer": REISSUING}, "not served yet"
+
+    # 3. Every member presents its new certificate: the old CA is trusted no more.
+    members.serving = {"client": store.files("c-server-tls")["tls.crt"],
+                       "peer": store.files("c-peer-tls")["tls.crt"]}  # fmt: skip
+    report = run()
+    assert report.rotation == {} and report.trust == {}
+    for part in ("client", "peer"):
+        ca = store.files(f"c-{part}-ca")
+        assert ca["ca.crt"] == ca["tls.crt"]
+        assert all(store.files(leaf)["ca.crt"] == ca["tls.crt"] for leaf in leaves[part])
+    assert store.files("c-user-app")["tls.crt"] != before["c-user-app"]
+    asked = len(members.asked)
+    assert run().issued == [] and len(members.asked) == asked, "r1 is answered"
+
+
+def test_a_deleted_ca_is_replaced_by_a_rotation_not_under_the_members_feet():
+    store, members = SecretStore(), Members()
+    resolved = resolve("c", {"peer": {}})
+    ensure_certificates(CertificateManager(store, NETWORK, None), resolved, 3, members=members)
+    old_ca, old_leaf = store.files("c-peer-ca")["tls.crt"], store.files("c-peer-tls")["tls.crt"]
+    store.delete("c-peer-ca")
+    report = ensure_certificates(
+        CertificateManager(store, NETWORK, None), resolved, 3, members=members
+    )
+    new_ca_pem = store.files("c-peer-ca")["tls.crt"]
+    assert bundle_certificates(store.files("c-peer-ca")["ca.crt"]) == [new_ca_pem, old_ca]
+    assert report.rotation == {"peer": TRUSTING}
+    # The members' certificate stays the one the running members trust, until they trust both.
+    assert store.files("c-peer-tls")["tls.crt"] == old_leaf
+    assert "missing or unusable" in report.issued[0]["reason"]
+
+
+def test_a_backup_reading_the_certificates_never_starts_a_rotation():
+    store = SecretStore()
+    resolved = resolve("c", {"client": {}})
+    ensure_certificates(CertificateManager(store, NETWORK, None), resolved, 3)
+    reader = CertificateManager(store, NETWORK, None, issue=False)
+    report = ensure_certificates(reader, resolved, 3, rotate_for="r1")
+    assert report.issued == [] and report.problems == [] and report.rotation == {}
+
+
+def test_members_run_the_ca_bundle_of_a_rotation_as_part_of_their_configuration():
+    trust = {"client": "f00d"}
+    assert peer_tls_spec(resolve("c", {"client": {}, "peer": {}}), trust) == {
+        "client": {"secretName": "c-server-tls", "clientCertAuth": True, "trust": "f00d"},
+        "peer": {"secretName": "c-peer-tls"},
+    }
