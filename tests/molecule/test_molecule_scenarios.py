@@ -43,8 +43,9 @@ def leftover(kube, namespace: str) -> str | None:
 
 def test_every_scenario_is_found():
     # The backup scenario needs the object stores; default is the Operator SDK's own; upgrade
-    # rolls 3.5 -> 3.6; maintenance changes settings on running members and defragments them.
-    assert {"default", "backup_restore", "upgrade", "maintenance"} <= set(SCENARIOS)
+    # rolls 3.5 -> 3.6; maintenance changes settings on running members and defragments them;
+    # tls makes a cluster with TLS and rotates its CAs.
+    assert {"default", "backup_restore", "upgrade", "maintenance", "tls"} <= set(SCENARIOS)
     namespaces = [scenario_namespace(s) for s in SCENARIOS]
     assert len(set(namespaces)) == len(namespaces), "scenarios must not share a namespace"
 
