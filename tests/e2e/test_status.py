@@ -15,7 +15,7 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from kubehelpers import CLUSTERS, ROOT, wait_until
+from kubehelpers import CLUSTERS, ROOT, running_operator_pod, wait_until
 
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
 import faults  # noqa: E402
@@ -125,9 +125,7 @@ def operator_log_errors(kube, namespace: str, since: float) -> list[str]:
     """Error lines the operator logged about objects in ``namespace``, or about watches it cannot
     keep, after ``since`` (epoch seconds); errors about other tests' namespaces being deleted
     are theirs."""
-    pod = kube.get(
-        "pods", namespace=OPERATOR_NAMESPACE, selector="control-plane=controller-manager"
-    )["items"][0]["metadata"]["name"]
+    pod = running_operator_pod(kube, OPERATOR_NAMESPACE)
     log = kube("logs", "-n", OPERATOR_NAMESPACE, pod, timeout=60)
     errors = []
     for line in log.splitlines():

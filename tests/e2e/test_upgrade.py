@@ -9,7 +9,7 @@ import sys
 import time
 
 import pytest
-from kubehelpers import CACHE, CLUSTERS, ROOT, wait_until
+from kubehelpers import CACHE, CLUSTERS, ROOT, running_operator_pod, wait_until
 from upgradehelpers import AckedWriter, peer_versions, wait_upgraded
 
 sys.path.insert(0, str(ROOT / "hack" / "cluster"))
@@ -202,9 +202,8 @@ def test_an_operator_killed_mid_upgrade_carries_on(etcd_cluster):
         120,
         interval=0.2,
     )
-    operator_pod = etcd_cluster.kube.get(
-        "pods", namespace=OPERATOR_NAMESPACE, selector="control-plane=controller-manager"
-    )["items"][0]["metadata"]["name"]
+    # Its one running pod: the OLM test's redeploy may have left the old one terminating.
+    operator_pod = running_operator_pod(etcd_cluster.kube, OPERATOR_NAMESPACE)
     faults.crash_pod(OPERATOR_NAMESPACE, operator_pod)
     wait_upgraded(etcd_cluster, "3.6.16", 3, timeout=400)
 
