@@ -290,19 +290,14 @@ def run(module, kube):
     if p["owner_uid"]:
         owner = cluster_owner_reference(p["name"], p["owner_uid"], p["api_version"])
     manager = CertificateManager(kube, network, owner, issue=p["issue"], check=module.check_mode)
+    # The EtcdPeers are listed at most once, by whichever asks first.
+    members = ClusterMembers(kube, p, network)
     report = ensure_certificates(
-        manager,
-        resolved,
-        p["replicas"],
-        p["users"],
-        rotate_for=p["rotate_for"],
-        members=ClusterMembers(kube, p, network),
+        manager, resolved, p["replicas"], p["users"], rotate_for=p["rotate_for"], members=members
     )
     kept = None
     if "client" not in resolved and p["keep_served_client"]:
-        selector = f"{CLUSTER_LABEL}={p['name']}"
-        peers = kube.list(p["api_version"], "EtcdPeer", p["namespace"], label_selector=selector)
-        kept = kept_client(p["name"], peers)
+        kept = kept_client(p["name"], members.peers())
     report.connection = write_operator_credentials(
         manager,
         {**resolved, "client": kept} if kept else resolved,
