@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -31,6 +30,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "hack" / "cluster"))
 from pki import service_account_key  # noqa: E402  (the local cluster's own key maker)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from freeports import free_port  # noqa: E402
 
 KUBERNETES_VERSION = "v1.35.4"
 SERVICE_CLUSTER_IP_RANGE = "10.214.0.0/16"
@@ -72,12 +74,6 @@ def missing_binaries() -> list[str]:
     except FileNotFoundError as exc:
         missing.append(str(exc))
     return missing
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _etcd_version(etcd: Path) -> tuple[int, int]:

@@ -5,6 +5,7 @@ CA rotation is done (shared with bench/run.py, client_tls and ca_rotation)."""
 from __future__ import annotations
 
 import base64
+import time
 
 ETCDCTL = "/usr/local/bin/etcdctl"
 
@@ -41,6 +42,16 @@ class InPodClient:
             *tls, *args,
             check=False, timeout=60,
         )  # fmt: skip
+
+    def etcdctl_once_reachable(self, directory, *args, timeout=60):
+        """``etcdctl`` retried until it succeeds or ``timeout`` passes (the last result), for
+        a first call: the client Service's endpoints may trail the cluster's Available."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.etcdctl(directory, *args)
+            if result.returncode == 0 or time.monotonic() > deadline:
+                return result
+            time.sleep(1)
 
 
 def members_serve(cluster, tls: bool) -> bool:

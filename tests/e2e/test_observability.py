@@ -13,7 +13,6 @@ test does not wait minutes (tests/prometheus/alerts_test.yaml checks the real on
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import urllib.parse
@@ -24,6 +23,7 @@ import pytest
 import yaml
 from backuphelpers import SECRET, credentials_secret, object_url, schedule_manifest
 from dashboardhelpers import dashboard, queries
+from freeports import free_port
 from kubehelpers import ROOT, STATE, WaitTimeout, wait_until
 from prometheushelpers import tool
 
@@ -36,12 +36,6 @@ pytestmark = pytest.mark.cluster
 BUCKET = "observability"
 SCHEDULES = "etcdbackupschedules.etcd.quorumkeeper.dev"
 INTERVAL = "2s"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Prometheus:

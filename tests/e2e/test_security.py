@@ -45,7 +45,7 @@ def test_tls_cluster_accepts_only_clients_with_its_certificates(etcd_cluster):
 
     client = InPodClient(kube, namespace, pod["metadata"]["name"], name)
     client.install("/tmp/app", secret_files(kube, namespace, f"{name}-client-tls"))
-    put = client.etcdctl("/tmp/app", "put", "tls-key", "tls-value")
+    put = client.etcdctl_once_reachable("/tmp/app", "put", "tls-key", "tls-value")
     assert put.returncode == 0, put.stderr
     members = client.etcdctl("/tmp/app", "member", "list")
     assert members.returncode == 0 and members.stdout.count("https://") == 6, members.stdout
@@ -110,7 +110,7 @@ def test_client_tls_turned_on_and_off_live_loses_no_acknowledged_write(etcd_clus
         pod = etcd_cluster.pod_of(f"{name}-0")
         client = InPodClient(kube, namespace, pod["metadata"]["name"], name)
         client.install("/tmp/app", files)
-        put = client.etcdctl("/tmp/app", "put", "after-tls-on", "yes")
+        put = client.etcdctl_once_reachable("/tmp/app", "put", "after-tls-on", "yes")
         assert put.returncode == 0, put.stderr
         restarts = [
             e["message"] for e in kube.events(namespace, name) if e["reason"] == "RollingRestart"
@@ -177,7 +177,7 @@ def test_both_cas_rotated_on_request_under_a_writer_lose_no_acknowledged_write(e
     pod = etcd_cluster.pod_of(f"{name}-0")
     client = InPodClient(kube, namespace, pod["metadata"]["name"], name)
     client.install("/tmp/new", app)
-    put = client.etcdctl("/tmp/new", "put", "after-rotation", "yes")
+    put = client.etcdctl_once_reachable("/tmp/new", "put", "after-rotation", "yes")
     assert put.returncode == 0, put.stderr
     client.install("/tmp/old", {**old_app, "ca.crt": app["ca.crt"]})
     refused = client.etcdctl("/tmp/old", "get", "after-rotation")

@@ -10,7 +10,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -19,6 +18,10 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests"))
+
+from freeports import free_port  # noqa: E402,F401 - the harness's callers use etcdharness.free_port
+
 QK_CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
 
 # version -> candidate binaries, first existing wins
@@ -52,19 +55,6 @@ def binary_version(path):
     out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30)
     m = re.search(r"etcd Version:\s*(\S+)", out.stdout)
     return m.group(1) if m else None
-
-
-_used_ports: set[int] = set()
-
-
-def free_port():
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _used_ports:
-            _used_ports.add(port)
-            return port
 
 
 def snapshot_status(etcd_version, path):
