@@ -32,6 +32,8 @@ Operator (medians over --runs, every sample in the result file):
   acknowledged writes not read back afterwards (issue 8).
 - client_tls: client TLS turned on, then off, on a running cluster of 3 under a writer that
   falls back from one scheme to the other: seconds each way, acknowledged writes lost (issue 17).
+- peer_tls: peer TLS turned on, then off, on a running cluster of 3 under a writer: seconds each
+  way (one rolling restart, peer URLs moved member by member), acknowledged writes lost (issue 17).
 - ca_rotation: both CAs of a TLS cluster of 3 rotated on request under a writer that reads its
   certificate from the application's Secret: seconds, acknowledged writes lost (issue 17).
 - olm_install: `make olm-install` onto a cluster without OLM (warm toolchain) -> OLM ready, and
@@ -81,6 +83,7 @@ from kubehelpers import BACKUPS, CACHE, CLUSTERS, STATE, Kube, wait_until  # noq
 from securityhelpers import (  # noqa: E402  (tests/e2e/securityhelpers.py)
     ca_rotated,
     members_serve,
+    peer_traffic_on,
     use_application_certificate,
 )
 from upgradehelpers import AckedWriter, wait_upgraded  # noqa: E402  (tests/e2e/upgradehelpers.py)
@@ -1645,6 +1648,51 @@ def bench_client_tls(kube: Kube, runs: int) -> None:
     )
 
 
+def bench_peer_tls(kube: Kube, runs: int) -> None:
+    """Peer TLS turned on, then off again, on a running cluster of 3 while one client writes
+    unique keys through the client Service (each write retried for up to 5 s): the seconds each
+    way, until every member runs the new configuration and etcd lists every peer URL with the
+    new scheme; the writes acknowledged and the acknowledged writes missing afterwards (each run
+    a new cluster)."""
+    deploy_operator(kube)
+    samples = []
+    for run in range(runs):
+        driver = new_driver(kube)
+        driver.create(3)
+        driver.wait_available(3, timeout=300)
+        with AckedWriter(driver.client_endpoint(), f"/bench-peer/{run}/", retry_for=5) as writer:
+            wait_until("the first writes", lambda w=writer: len(w.acknowledged) >= 50, 60)
+            started = time.monotonic()
+            driver.patch_spec(tls={"peer": {}})
+            wait_until(
+                "peer TLS on", lambda d=driver: peer_traffic_on(d, "https", 3), 600, interval=0.5
+            )
+            on_seconds = time.monotonic() - started
+            started = time.monotonic()
+            driver.patch_spec(tls=None)
+            wait_until(
+                "peer TLS off", lambda d=driver: peer_traffic_on(d, "http", 3), 600, interval=0.5
+            )
+            off_seconds = time.monotonic() - started
+        samples.append(
+            writer_outcome(
+                writer, on_seconds=round(on_seconds, 1), off_seconds=round(off_seconds, 1)
+            )
+        )
+        print(f"peer_tls run {run}: {samples[-1]}", flush=True)
+        drop_namespace(kube, driver.namespace)
+    record(
+        "peer_tls_on_off",
+        [s["on_seconds"] + s["off_seconds"] for s in samples],
+        "peer TLS turned on and off live with 0 acknowledged writes lost (issue 17)",
+        on_seconds_median=statistics.median(s["on_seconds"] for s in samples),
+        off_seconds_median=statistics.median(s["off_seconds"] for s in samples),
+        lost_acknowledged_writes=sum(s["lost_acknowledged"] for s in samples),
+        path="3 members, 3.6.16, operator-managed certificates, one rolling restart each way",
+        runs=samples,
+    )
+
+
 def bench_ca_rotation(kube: Kube, runs: int) -> None:
     """Both operator-managed CAs of a TLS cluster of 3 rotated on request while one client
     writes unique keys through the client Service with the application certificate, read again
@@ -2390,6 +2438,7 @@ BENCHMARKS = {
     "restore": bench_restore,
     "upgrade": bench_upgrade,
     "client_tls": bench_client_tls,
+    "peer_tls": bench_peer_tls,
     "ca_rotation": bench_ca_rotation,
     "disaster_recovery": bench_disaster_recovery,
     "olm_install": bench_olm_install,

@@ -11,7 +11,8 @@ short_description: Quorum-safe etcd membership changes (add learner, promote, re
 description:
   - C(present) adds a member (as a raft learner by default) unless a member with that name or
     any of those peer URLs exists, and returns the C(initial_cluster) string the new member must
-    start with (C(--initial-cluster-state existing)).
+    start with (C(--initial-cluster-state existing)). With I(update_peer_urls), an existing
+    member's peer URLs are changed to I(peer_urls) (etcd's MemberUpdate).
   - C(promoted) promotes a learner to a voting member, retrying while the learner catches up.
   - C(absent) removes a member, after checking that the remaining healthy voting members still
     form a quorum; when the member is the leader, leadership is moved to a healthy voter first.
@@ -55,6 +56,15 @@ options:
     description: With C(state=absent), move leadership away from the member before removing it.
     type: bool
     default: true
+  update_peer_urls:
+    description:
+      - >-
+        With C(state=present), when the member exists with other peer URLs than I(peer_urls),
+        change them (etcd's MemberUpdate, which needs a healthy quorum), e.g. to move it between
+        http and https while peer TLS is turned on or off. Without it the URLs are left as they
+        are and a warning says so.
+    type: bool
+    default: false
 extends_documentation_fragment:
   - quorumkeeper.etcd.etcd_connection
   - quorumkeeper.etcd.etcd_connection.endpoints
@@ -85,6 +95,13 @@ EXAMPLES = r"""
     endpoints: "{{ client_urls }}"
     name: etcd-2
     state: leader
+
+- name: Move etcd-2's peer traffic to https before it restarts with peer TLS
+  etcd_member:
+    endpoints: "{{ client_urls }}"
+    name: etcd-2
+    peer_urls: ["https://etcd-2.etcd.ns.svc.cluster.local:2380"]
+    update_peer_urls: true
 
 - name: Remove etcd-0 (quorum-checked, leadership moved first)
   etcd_member:
@@ -233,10 +250,13 @@ class Runner:
                     f"not {name}; nothing changed"
                 )
             elif set(target["peer_urls"]) != set(self.p["peer_urls"]):
-                self.module.warn(
-                    f"{describe_member(target)} has peer URLs {target['peer_urls']}, "
-                    f"not {self.p['peer_urls']}; peer URLs are not updated by this module"
-                )
+                if self.p["update_peer_urls"]:
+                    target, members = self.update_peer_urls(info, target)
+                else:
+                    self.module.warn(
+                        f"{describe_member(target)} has peer URLs {target['peer_urls']}, not "
+                        f"{self.p['peer_urls']}; set update_peer_urls to change them"
+                    )
             self.result["member"] = public_member(target)
             self.result["initial_cluster"] = initial_cluster(
                 members, target["id"], target["name"] or name
@@ -296,6 +316,27 @@ class Runner:
             self.fail(f"could not add {name}: {exc}")
         self.result["member"] = public_member(dict(member, name=name))
         self.result["initial_cluster"] = initial_cluster(members_after, member["id"], name)
+
+    def update_peer_urls(self, info, target):
+        """MemberUpdate of ``target`` to I(peer_urls): (the member, the member list) after it."""
+        label = describe_member(target)
+        urls = list(self.p["peer_urls"])
+        self.result["actions"].append(f"update the peer URLs of {label} to {', '.join(urls)}")
+        self.result["changed"] = True
+        updated = dict(target, peer_urls=urls)
+        members = [updated if m["id"] == target["id"] else m for m in info["members"]]
+        if self.module.check_mode:
+            return updated, members
+        self.require_quorum(info, f"update the peer URLs of {label}")
+        endpoints = preferred_endpoints(self.client, info["members"])
+        try:
+            members = self.retrying(
+                lambda: self.client.member_update(target["id"], urls, endpoints=endpoints)
+            )
+        except (EtcdOperationError, EtcdUnreachable) as exc:
+            self.result["changed"] = False
+            self.fail(f"could not update the peer URLs of {label}: {self.explain(exc)}")
+        return next((m for m in members if m["id"] == target["id"]), updated), members
 
     # -- promoted -----------------------------------------------------------------------------
     def promoted(self):
@@ -488,6 +529,7 @@ ARGUMENT_SPEC = {
     "learner": {"type": "bool", "default": True},
     "wait_timeout": {"type": "float", "default": 0},
     "move_leader": {"type": "bool", "default": True},
+    "update_peer_urls": {"type": "bool", "default": False},
 }
 
 

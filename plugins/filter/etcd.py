@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_domain
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    LISTEN_PLAIN_HTTP,
     peer_tls_spec,
     resolve,
     schemes,
@@ -123,16 +124,25 @@ def etcd_peer_spec(peer, cluster_spec, state, members, naming):
     """The spec of EtcdPeer ``peer`` of a cluster whose spec is ``cluster_spec``.
 
     ``state`` is ``New`` (an initial member) or ``Existing`` (joins a running cluster);
-    ``members`` names the static initial cluster it starts with (itself included); ``naming``
-    is the role's network (cluster, namespace, domain, ports) plus ``repository``: used when the
-    cluster sets none, so that a peer keeps its image whatever the operator's default becomes;
-    and ``trust``, the CA bundles a member must start with while a CA is rotated.
+    ``members`` is the static initial cluster it starts with (itself included): names, or for a
+    member that joins, ``name=peer URL`` strings and etcd's member entries ``{name, peer_urls}``
+    (while peer TLS is turned on or off, a member etcd lists with the other scheme is listed
+    with its own); ``naming`` is the role's network (cluster, namespace, domain, ports) plus
+    ``repository``: used when the cluster sets none, so that a peer keeps its image whatever the
+    operator's default becomes; and ``trust``, the CA bundles a member must start with while a
+    CA is rotated.
     """
     if state not in ("New", "Existing"):
         raise ValueError(f"initial cluster state {state!r} must be New or Existing")
-    if peer not in members:
-        raise ValueError(f"the initial cluster of {peer} must include it: {members}")
     network = _network(naming)
+    tls = peer_tls_spec(resolve(network.cluster, cluster_spec.get("tls")), naming.get("trust"))
+    if tls.get("peer") and _member_scheme(peer, members) == "http":
+        # Added with a plain peer URL while peer TLS is turned on: it serves its peers plain
+        # HTTP until the rolling restart moves it (qk_plan_config.staged_config).
+        tls["peer"][LISTEN_PLAIN_HTTP] = True
+    initial = _initial_cluster(members, network, schemes(tls)["peer_scheme"])
+    if peer not in [entry["name"] for entry in initial]:
+        raise ValueError(f"the initial cluster of {peer} must include it: {members}")
     spec = {
         "clusterName": network.cluster,
         "version": cluster_spec["version"],
@@ -141,19 +151,43 @@ def etcd_peer_spec(peer, cluster_spec, state, members, naming):
         or qk_domain.DEFAULT_REPOSITORY,
         "bootstrap": {
             "initialClusterState": state,
-            "static": {
-                "initialCluster": [{"name": n, "host": network.member_host(n)} for n in members]
-            },
+            "static": {"initialCluster": initial},
         },
     }
     for key in ("storage", "podTemplate"):
         if cluster_spec.get(key):
             spec[key] = cluster_spec[key]
-    tls = peer_tls_spec(resolve(network.cluster, cluster_spec.get("tls")), naming.get("trust"))
     if tls:
         spec["tls"] = tls
     spec["options"] = effective_options(cluster_spec)
     return spec
+
+
+def _name_and_scheme(member):
+    """(name, scheme of its peer URL or None) of an entry of etcd_peer_spec's ``members``."""
+    if isinstance(member, dict):
+        name, urls = member.get("name") or "", member.get("peer_urls") or []
+    else:
+        name, _, url = str(member).partition("=")
+        urls = [url] if url else []
+    return name, (urls[0].split("://", 1)[0] if urls and "://" in urls[0] else None)
+
+
+def _member_scheme(peer, members):
+    return next((s for n, s in map(_name_and_scheme, members) if n == peer), None)
+
+
+def _initial_cluster(members, network, own_scheme):
+    entries = []
+    for name, scheme in map(_name_and_scheme, members):
+        if not name:
+            # A learner that has not started yet: etcd knows no name to list it by.
+            continue
+        entry = {"name": name, "host": network.member_host(name)}
+        if scheme and scheme != own_scheme:
+            entry["scheme"] = scheme
+        entries.append(entry)
+    return entries
 
 
 def etcd_peer_member(peer, cluster_spec, state, members, naming):

@@ -49,6 +49,10 @@ PEER_TLS_DIR = "/etc/etcd/tls/peer"
 # In an EtcdPeer's tls.client: the member also serves plain HTTP on the client port, while
 # client TLS is turned on or off (qk_plan_config.staged_config).
 SERVE_PLAIN_HTTP = "servePlainHTTP"
+# In an EtcdPeer's tls.peer: the member still serves its peers plain HTTP, and has its
+# certificate only to reach peers that serve TLS, while peer TLS is turned on
+# (qk_plan_config.staged_config).
+LISTEN_PLAIN_HTTP = "listenPlainHTTP"
 # On the EtcdCluster: a new value asks for new CAs (a rotation of both, without downtime). On a
 # CA Secret: the request the rotation that made it answered.
 ROTATE_ANNOTATION = f"{API_GROUP}/rotate-ca"
@@ -119,9 +123,10 @@ def peer_tls_spec(resolved: dict, trust: dict | None = None) -> dict:
 def schemes(tls_spec: dict | None) -> dict:
     """ClusterNetwork's schemes for an EtcdCluster or EtcdPeer ``tls``."""
     tls_spec = tls_spec or {}
+    peer = tls_spec.get("peer")
     return {
         "client_scheme": "https" if tls_spec.get("client") is not None else "http",
-        "peer_scheme": "https" if tls_spec.get("peer") is not None else "http",
+        "peer_scheme": "https" if peer is not None and not peer.get(LISTEN_PLAIN_HTTP) else "http",
     }
 
 

@@ -14,7 +14,7 @@ all made by it, so they cannot disagree.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 # --------------------------------------------------------------------------------------------
@@ -170,11 +170,17 @@ class ClusterNetwork:
 
     def initial_cluster(self, members) -> str:
         """``--initial-cluster``: ``name=peer URL`` of each member; ``members`` are names, or
-        ``{name, host}`` entries as an EtcdPeer's static bootstrap spells them."""
+        ``{name, host, scheme}`` entries as an EtcdPeer's static bootstrap spells them (a
+        ``scheme`` of its own while peer TLS is turned on or off: etcd checks that a joining
+        member lists every member's peer URLs as the cluster does)."""
         parts = []
         for member in members:
             if isinstance(member, dict):
-                parts.append(f"{member['name']}={self.peer_url(member['name'], member['host'])}")
+                network = self
+                if member.get("scheme"):
+                    network = replace(self, peer_scheme=member["scheme"])
+                url = network.peer_url(member["name"], member["host"])
+                parts.append(f"{member['name']}={url}")
             else:
                 parts.append(f"{member}={self.peer_url(member)}")
         return ",".join(parts)

@@ -310,6 +310,16 @@ class EtcdClient(EtcdSession):
         members, _ = self._call_any(endpoints or self.endpoints, call, "MemberPromote")
         return members
 
+    def member_update(self, member_id, peer_urls, endpoints=None):
+        async def call(ep):
+            resp = await self._cluster(ep).member_update(
+                parse_member_id(member_id), list(peer_urls), timeout=self.timeout
+            )
+            return [self._member(m) for m in resp.members]
+
+        members, _ = self._call_any(endpoints or self.endpoints, call, "MemberUpdate")
+        return members
+
     def member_remove(self, member_id, endpoints=None):
         async def call(ep):
             resp = await self._cluster(ep).member_remove(

@@ -19,6 +19,7 @@ from decimal import Decimal, InvalidOperation
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
     CLIENT_TLS_DIR,
     DEFAULT_METRICS_PORT,
+    LISTEN_PLAIN_HTTP,
     PEER_TLS_DIR,
     SERVE_PLAIN_HTTP,
     schemes,
@@ -176,13 +177,16 @@ def tls_flags(tls):
             f"--trusted-ca-file={CLIENT_TLS_DIR}/ca.crt",
             f"--client-cert-auth={'true' if client.get('clientCertAuth', True) else 'false'}",
         ]
-    if tls.get("peer"):
+    peer = tls.get("peer")
+    if peer:
         flags += [
             f"--peer-cert-file={PEER_TLS_DIR}/tls.crt",
             f"--peer-key-file={PEER_TLS_DIR}/tls.key",
             f"--peer-trusted-ca-file={PEER_TLS_DIR}/ca.crt",
-            "--peer-client-cert-auth=true",
         ]
+        if not peer.get(LISTEN_PLAIN_HTTP):
+            # etcd ignores it on a plain HTTP listener (and says so in a warning).
+            flags.append("--peer-client-cert-auth=true")
     return flags
 
 

@@ -1,7 +1,7 @@
 # Copyright: quorumkeeper contributors
 # SPDX-License-Identifier: Apache-2.0
 """The EtcdCluster planner's rolling restart onto a new configuration: a change of
-spec.options, spec.podTemplate or spec.tls.client (the rule ``roll_config``, see its doc).
+spec.options, spec.podTemplate or spec.tls (the rule ``roll_config``, see its doc).
 
 What a member is configured with is its EtcdPeer's peer_config (qk_options: its etcd options
 and pod template, its TLS); what its pod runs is the hash the pod was started with (annotation
@@ -12,7 +12,9 @@ status.configHash, written by the report while the member is healthy.
 from __future__ import annotations
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls import (
+    LISTEN_PLAIN_HTTP,
     SERVE_PLAIN_HTTP,
+    schemes,
     served_client_schemes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
@@ -40,7 +42,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes 
 )
 
 # What a member's configuration is made from, for the messages.
-CONFIG_FIELDS = "spec.options, spec.podTemplate and spec.tls.client"
+CONFIG_FIELDS = "spec.options, spec.podTemplate and spec.tls"
 
 
 def roll_config(ctx: PlanContext) -> Step | None:
@@ -130,25 +132,59 @@ def staged_config(ctx: PlanContext, final: dict) -> dict:
     is first restarted onto a bridge: TLS with the certificates of whichever side has them, and
     plain HTTP on the same port (SERVE_PLAIN_HTTP). Clients of either scheme work on every
     member that has taken it, and no member changes from one scheme straight to the other.
+
+    Turning peer TLS on takes two as well: first every member gets the peer certificate while
+    it still serves its peers plain HTTP (LISTEN_PLAIN_HTTP), so that every member can reach a
+    peer that serves TLS; only then does each move to TLS. etcd's leader sends a snapshot over a
+    connection it opens itself, so a leader that could not reach a TLS member could never bring
+    one back that fell behind, nor a new member. Turning it off takes one: a member with the
+    certificate reaches plain peers too, and the leader is the last to lose it.
     """
     final_tls = final.get("tls") or {}
-    serves = served_client_schemes(final_tls)
     current = [peer.get("tls") or {} for peer in ctx.live_peers.values()]
-    if all(serves <= served_client_schemes(tls) for tls in current):
-        return final
-    bridge = final_tls.get("client") or next(t["client"] for t in current if t.get("client"))
-    return {**final, "tls": {**final_tls, "client": {**bridge, SERVE_PLAIN_HTTP: True}}}
+    tls = dict(final_tls)
+    serves = served_client_schemes(final_tls)
+    if not all(serves <= served_client_schemes(t) for t in current):
+        bridge = final_tls.get("client") or next(t["client"] for t in current if t.get("client"))
+        tls["client"] = {**bridge, SERVE_PLAIN_HTTP: True}
+    if final_tls.get("peer") and not all(t.get("peer") for t in current):
+        tls["peer"] = {**final_tls["peer"], LISTEN_PLAIN_HTTP: True}
+    return final if tls == final_tls else {**final, "tls": tls}
+
+
+def new_member_peer_scheme(ctx: PlanContext) -> str | None:
+    """The scheme "http" when a member added now must still serve its peers plain HTTP although the
+    cluster asks for peer TLS: some member could not reach it over TLS yet (staged_config);
+    None when it starts as the cluster's spec says."""
+    final_tls = (ctx.observed.get("config") or {}).get("tls") or {}
+    if final_tls.get("peer") and not all(
+        (peer.get("tls") or {}).get("peer") for peer in ctx.live_peers.values()
+    ):
+        return "http"
+    return None
 
 
 def _stage_note(ctx: PlanContext, name: str, final: dict, wanted: dict) -> str:
-    if wanted is not final:
+    running = (ctx.live_peers.get(name) or {}).get("tls") or {}
+    target = wanted.get("tls") or {}
+    notes = []
+    if SERVE_PLAIN_HTTP in (target.get("client") or {}):
         turning = "on" if (final.get("tls") or {}).get("client") else "off"
-        return (
+        notes.append(
             f", first serving https and http side by side (client TLS is turned {turning} in "
             "two rolling restarts)"
         )
-    running = (ctx.live_peers.get(name) or {}).get("tls") or {}
-    target = wanted.get("tls") or {}
+    if LISTEN_PLAIN_HTTP in (target.get("peer") or {}):
+        notes.append(
+            ", first with the peer certificate while still serving peers plain HTTP (peer TLS "
+            "is turned on in two rolling restarts)"
+        )
+    running_scheme, target_scheme = schemes(running)["peer_scheme"], schemes(target)["peer_scheme"]
+    if running_scheme != target_scheme:
+        turning = "on" if target_scheme == "https" else "off"
+        notes.append(f", its peer URLs moved to {target_scheme} (peer TLS is turned {turning})")
+    if notes:
+        return "".join(notes)
     if any(
         (running.get(part) or {}).get("trust") != (target.get(part) or {}).get("trust")
         for part in ("client", "peer")
@@ -203,7 +239,7 @@ def _wait_for(ctx: PlanContext, name: str, count: str) -> Step:
         "ConfigRolloutFailed",
         f"the rolling restart onto the new configuration stopped at member {name} ({count}): "
         f"{why}; the other members keep serving and are not touched. Put spec.options and "
-        f"spec.podTemplate (or spec.tls.client) back to what they were to restart {name} with "
+        f"spec.podTemplate (or spec.tls) back to what they were to restart {name} with "
         "them at once",
         "degraded",
     )
@@ -228,13 +264,32 @@ def _restart_down_member(ctx: PlanContext, name: str, wanted: dict, count: str) 
 
 
 def _restart_step(ctx: PlanContext, name: str, wanted: dict, message: str, move_to: str) -> Step:
+    member = ctx.by_peer.get(name)
+    moved = peer_urls_in_scheme(member, wanted)
     return make_step(
         "restart_member",
         "RollingRestart",
         message,
         "next",
         peer=name,
-        member=ctx.by_peer.get(name),
+        member=member,
         config=wanted,
         move_leader_to=move_to,
+        **({"peer_urls": moved} if moved else {}),
     )
+
+
+def peer_urls_in_scheme(member: dict | None, config: dict) -> list[str] | None:
+    """The member's peer URLs with the scheme ``config`` serves peers with, when it is not the
+    one etcd lists them with; None when they are right.
+
+    A member changes scheme on the same port: its peer URLs are changed just before it restarts
+    with the other one. Members of either scheme keep talking, because one that has the peer
+    certificate dials both kinds (TLS to https peers, plain HTTP to the others), and etcd sends
+    raft messages over connections either side opened; checked on etcd 3.4, 3.5 and 3.6 under
+    a writer, no write lost.
+    """
+    scheme = schemes(config.get("tls"))["peer_scheme"]
+    urls = (member or {}).get("peer_urls") or []
+    moved = [f"{scheme}://{url.split('://', 1)[-1]}" for url in urls]
+    return moved if moved != urls else None

@@ -17,6 +17,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     ordinal_of,
     peer_name,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_config import (
+    new_member_peer_scheme,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_space import (
     scheduled_defragmentation,
 )
@@ -237,6 +240,7 @@ def add_member(ctx: PlanContext) -> Step | None:
         return None
     name = ctx.free_peer_name()
     last = len(ctx.voters) + 1 == ctx.replicas
+    scheme = new_member_peer_scheme(ctx)
     return make_step(
         "add_member",
         "ScalingUp",
@@ -246,6 +250,7 @@ def add_member(ctx: PlanContext) -> Step | None:
         version=new_member_version(ctx),
         # The scale's last member: its pod's readiness is reported in this reconcile.
         wait_ready=[name] if last else [],
+        **({"peer_scheme": scheme} if scheme else {}),
     )
 
 

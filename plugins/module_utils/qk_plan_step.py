@@ -85,7 +85,13 @@ class Step(TypedDict, total=False):
         str  # upgrade_member, restart_member: leadership moves there first ("" for none)
     )
     config: dict  # restart_member: the peer_config it restarts with (qk_options)
+    # restart_member: the member's peer URLs in the scheme of that configuration, when peer TLS
+    # is turned on or off (etcd's MemberUpdate, just before its pod is replaced)
+    peer_urls: list[str]
     voters_after: int  # add_member
+    # add_member: "http" when the new member must serve its peers plain HTTP while peer TLS is
+    # turned on (qk_plan_config.new_member_peer_scheme)
+    peer_scheme: str
     members: list[dict]  # repair_members, defragment, grow_volumes: [{name}]
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
     # request (the annotation's value a Requested one answers)

@@ -338,7 +338,8 @@ def test_etcdpeer_fields():
     boot = spec["properties"]["bootstrap"]["properties"]
     assert boot["initialClusterState"]["enum"] == ["New", "Existing"]
     host = boot["static"]["properties"]["initialCluster"]["items"]["properties"]
-    assert set(host) == {"name", "host"}
+    assert set(host) == {"name", "host", "scheme"}
+    assert host["scheme"]["enum"] == ["http", "https"]
     status = schema_of("EtcdPeer")["properties"]["status"]["properties"]
     assert {"serverVersion", "memberID", "ready", "podName", "conditions"} <= set(status)
 

@@ -5,6 +5,7 @@ CA rotation is done (shared with bench/run.py, client_tls and ca_rotation)."""
 from __future__ import annotations
 
 import base64
+import json
 import time
 
 ETCDCTL = "/usr/local/bin/etcdctl"
@@ -93,3 +94,26 @@ def ca_rotated(cluster, request: str) -> bool:
         and not [p for p in cluster.peers() if "trust" in str(p["spec"].get("tls"))]
         and cluster.condition("Available").get("status") == "True"
     )
+
+
+def peer_traffic_on(cluster, scheme: str, members: int) -> bool:
+    """Whether the cluster is Available with ``members`` members, each running its cluster's
+    configuration with peer TLS on (``https``) or off (``http``), and listed in etcd with peer
+    URLs of that scheme."""
+    status = cluster.get().get("status", {})
+    if not (
+        len(status.get("members", [])) == members
+        and all(m.get("configUpToDate") and m["healthy"] for m in status["members"])
+        and any(c["type"] == "Available" and c["status"] == "True" for c in status["conditions"])
+    ):
+        return False
+    peers = cluster.peers()
+    if len(peers) != members or any(
+        bool((p["spec"].get("tls") or {}).get("peer")) != (scheme == "https") for p in peers
+    ):
+        return False
+    listed = cluster.etcdctl("member", "list", "-w", "json", check=False)
+    if listed.returncode != 0:
+        return False
+    urls = [u for m in json.loads(listed.stdout)["members"] for u in m.get("peerURLs", [])]
+    return len(urls) == members and all(u.startswith(f"{scheme}://") for u in urls)

@@ -1,10 +1,12 @@
 """TLS end to end: a cluster created with operator-managed certificates serves only clients with
 a certificate from its CA, keeps working through a scale-up, serves metrics without one; client
-TLS turned on and off on a live cluster under a writer loses no write, and so does a rotation of
-both CAs; and a cluster whose own Secrets are missing says so and starts nothing."""
+TLS turned on and off on a live cluster under a writer loses no write, and so do peer TLS turned
+on and off (with a member joining and one leaving meanwhile) and a rotation of both CAs; and a
+cluster whose own Secrets are missing says so and starts nothing."""
 
 from __future__ import annotations
 
+import re
 import urllib.request
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
@@ -13,6 +15,7 @@ from securityhelpers import (
     InPodClient,
     ca_rotated,
     members_serve,
+    peer_traffic_on,
     secret_files,
     use_application_certificate,
 )
@@ -134,6 +137,47 @@ def test_client_tls_turned_on_and_off_live_loses_no_acknowledged_write(etcd_clus
         e["message"] for e in kube.events(namespace, name) if e["reason"] == "RollingRestart"
     ]
     assert len([m for m in restarts if "client TLS is turned off" in m]) == 3, restarts
+
+
+def test_peer_tls_turned_on_and_off_live_with_a_scale_loses_no_acknowledged_write(etcd_cluster):
+    name = etcd_cluster.name
+    etcd_cluster.create(3)
+    etcd_cluster.wait_available(3)
+    ids = etcd_cluster.member_ids()
+    first_three = set(ids)
+    with AckedWriter(etcd_cluster.client_endpoint(), "/peer-tls/", retry_for=5) as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+        # Scaled up in the same change: the new member joins first, then every member gets the
+        # peer certificate, then each moves to TLS, one at a time.
+        etcd_cluster.patch_spec(tls={"peer": {}}, replicas=4)
+        wait_until(
+            "peer TLS on every member", lambda: peer_traffic_on(etcd_cluster, "https", 4), 300
+        )
+        on = writer.summary()
+        # The three first get the certificate (the new member joined with it, serving plain
+        # HTTP: not every member could reach it over TLS yet), then all four move to TLS.
+        assert restarted_members(etcd_cluster, "still serving peers plain HTTP") == first_three
+        assert restarted_members(etcd_cluster, "peer URLs moved to https") == first_three | {
+            f"{name}-3"
+        }
+
+        etcd_cluster.patch_spec(tls=None, replicas=3)
+        wait_until("peer TLS off again", lambda: peer_traffic_on(etcd_cluster, "http", 3), 300)
+    summary = writer.summary()
+    assert writer.lost() == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    assert summary["acknowledged"] > on["acknowledged"], summary
+    assert etcd_cluster.member_ids() == ids, "the first three members keep their IDs"
+    assert restarted_members(etcd_cluster, "peer URLs moved to http ") == first_three
+
+
+def restarted_members(cluster, saying: str) -> set[str]:
+    """The members a RollingRestart Event whose message says ``saying`` was about."""
+    return {
+        re.match(r"restarting member (\S+) ", e["message"]).group(1)
+        for e in cluster.kube.events(cluster.namespace, cluster.name)
+        if e["reason"] == "RollingRestart" and saying in e["message"]
+    }
 
 
 def test_both_cas_rotated_on_request_under_a_writer_lose_no_acknowledged_write(etcd_cluster):

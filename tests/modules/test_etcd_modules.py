@@ -153,6 +153,31 @@ def test_add_learner_start_promote(etcd_factory, run_module):
     assert after["healthy"] is True
 
 
+def test_peer_urls_are_updated_only_when_asked(etcd_factory, run_module):
+    cluster = etcd_factory(3)
+    node = cluster.nodes["n1"]
+    # Another name of the same listener: the member stays reachable by its peers throughout.
+    urls = [node.peer_url, node.peer_url.replace("127.0.0.1", "localhost")]
+    args = {"endpoints": cluster.running_endpoints(), "name": "n1", "peer_urls": urls}
+
+    left = run_module("etcd_member", args)
+    assert not left["failed"] and left["changed"] is False, left
+    assert "set update_peer_urls to change them" in " ".join(left.get("warnings", []))
+    assert members_by_name(cluster)["n1"]["peer_urls"] == [node.peer_url]
+
+    planned = run_module("etcd_member", {**args, "update_peer_urls": True}, check=True)
+    assert planned["changed"] is True and planned["member"]["peer_urls"] == urls, planned
+    assert members_by_name(cluster)["n1"]["peer_urls"] == [node.peer_url]
+
+    updated = run_module("etcd_member", {**args, "update_peer_urls": True})
+    assert not updated["failed"] and updated["changed"] is True, updated.get("msg", updated)
+    assert sorted(members_by_name(cluster)["n1"]["peer_urls"]) == sorted(urls)
+    assert f"n1={urls[0]}" in updated["initial_cluster"]
+    again = run_module("etcd_member", {**args, "update_peer_urls": True})
+    assert again["changed"] is False, again
+    cluster.wait_healthy("n1")
+
+
 def test_remove_follower(etcd_factory, run_module):
     cluster = etcd_factory(3)
     state = info(run_module, cluster)

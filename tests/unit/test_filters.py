@@ -17,6 +17,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import (
     etcd_peer_url,
     etcd_version_compare,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ClusterNetwork
 from ansibleenv import ansible_json_env
 
 REPO = Path(__file__).resolve().parents[2]
@@ -96,6 +97,32 @@ def test_peer_spec_copies_what_the_pod_needs():
     }
     own = etcd_peer_spec("e-0", dict(cluster_spec, repository="mine/etcd"), "New", ["e-0"], NAMING)
     assert own["repository"] == "mine/etcd", "the cluster's own repository wins"
+
+
+def test_a_joining_member_lists_each_member_with_the_scheme_etcd_has_for_it():
+    """While peer TLS is turned on, a member that joins with it lists the members not moved
+    yet with http: etcd refuses a joiner whose --initial-cluster differs from its member list."""
+    cluster_spec = {"version": "3.6.16", "tls": {"peer": {}}}
+    members = [
+        "e-0=http://e-0.e.ns.svc.cluster.local:2380",
+        "e-1=https://e-1.e.ns.svc.cluster.local:2380",
+        "=https://e-9.e.ns.svc.cluster.local:2380",
+        {"name": "e-2", "peer_urls": ["http://e-2.e.ns.svc.cluster.local:2380"]},
+        "e-3",
+    ]
+    spec = etcd_peer_spec("e-3", cluster_spec, "Existing", members, NAMING)
+    initial = spec["bootstrap"]["static"]["initialCluster"]
+    assert initial == [
+        {"name": "e-0", "host": "e-0.e.ns.svc.cluster.local", "scheme": "http"},
+        {"name": "e-1", "host": "e-1.e.ns.svc.cluster.local"},
+        {"name": "e-2", "host": "e-2.e.ns.svc.cluster.local", "scheme": "http"},
+        {"name": "e-3", "host": "e-3.e.ns.svc.cluster.local"},
+    ]
+    network = ClusterNetwork("e", "ns", peer_scheme="https")
+    assert network.initial_cluster(initial) == (
+        "e-0=http://e-0.e.ns.svc.cluster.local:2380,e-1=https://e-1.e.ns.svc.cluster.local:2380,"
+        "e-2=http://e-2.e.ns.svc.cluster.local:2380,e-3=https://e-3.e.ns.svc.cluster.local:2380"
+    )
 
 
 @pytest.mark.parametrize(
