@@ -1601,97 +1601,90 @@ def writer_outcome(writer: AckedWriter, **timings) -> dict:
     return {**timings, "lost_acknowledged": len(lost), "lost_keys": lost[:10], **writer.summary()}
 
 
-def bench_client_tls(kube: Kube, runs: int) -> None:
-    """Client TLS turned on, then off again, on a running cluster of 3 while one client writes
-    unique keys through the client Service (TLS once the application's certificate exists,
-    plain HTTP where TLS is refused, each write retried for up to 5 s): the seconds each way,
-    the writes acknowledged and the acknowledged writes missing afterwards (each run a new
-    cluster)."""
+def _tls_turned_on_and_off(kube: Kube, runs: int, part: str, on, off, path: str) -> None:
+    """``spec.tls.<part>`` turned on, then off again, on a running cluster of 3 while one client
+    writes unique keys through the client Service (each write retried for up to 5 s): the
+    seconds each way until ``on(driver, writer)`` and ``off(driver)`` say it is done, the writes
+    acknowledged and the acknowledged writes missing afterwards (each run a new cluster)."""
     deploy_operator(kube)
     samples = []
     for run in range(runs):
         driver = new_driver(kube)
         driver.create(3)
         driver.wait_available(3, timeout=300)
-        endpoint, name, namespace = driver.client_endpoint(), driver.name, driver.namespace
-        with AckedWriter(endpoint, f"/bench-tls/{run}/", retry_for=5) as writer:
+        prefix = f"/bench-{part}-tls/{run}/"
+        with AckedWriter(driver.client_endpoint(), prefix, retry_for=5) as writer:
             wait_until("the first writes", lambda w=writer: len(w.acknowledged) >= 50, 60)
             started = time.monotonic()
-            driver.patch_spec(tls={"client": {}})
-            wait_until(
-                "the application's client certificate",
-                lambda n=name, ns=namespace: kube.exists("secret", f"{n}-client-tls", ns),
-                60,
-            )
-            use_application_certificate(driver, writer)
-            wait_until("TLS on", lambda d=driver: members_serve(d, True), 600, interval=0.5)
+            driver.patch_spec(tls={part: {}})
+            on(driver, writer)
             on_seconds = time.monotonic() - started
             started = time.monotonic()
             driver.patch_spec(tls=None)
-            wait_until("TLS off", lambda d=driver: members_serve(d, False), 600, interval=0.5)
+            off(driver)
             off_seconds = time.monotonic() - started
         samples.append(
             writer_outcome(
                 writer, on_seconds=round(on_seconds, 1), off_seconds=round(off_seconds, 1)
             )
         )
-        print(f"client_tls run {run}: {samples[-1]}", flush=True)
+        print(f"{part}_tls run {run}: {samples[-1]}", flush=True)
         drop_namespace(kube, driver.namespace)
     record(
-        "client_tls_on_off",
+        f"{part}_tls_on_off",
         [s["on_seconds"] + s["off_seconds"] for s in samples],
-        "client TLS turned on and off live with 0 acknowledged writes lost (issue 17)",
+        f"{part} TLS turned on and off live with 0 acknowledged writes lost (issue 17)",
         on_seconds_median=statistics.median(s["on_seconds"] for s in samples),
         off_seconds_median=statistics.median(s["off_seconds"] for s in samples),
         lost_acknowledged_writes=sum(s["lost_acknowledged"] for s in samples),
-        path="3 members, 3.6.16, operator-managed certificates, two rolling restarts each way",
+        path=path,
         runs=samples,
     )
 
 
-def bench_peer_tls(kube: Kube, runs: int) -> None:
-    """Peer TLS turned on, then off again, on a running cluster of 3 while one client writes
-    unique keys through the client Service (each write retried for up to 5 s): the seconds each
-    way, until every member runs the new configuration and etcd lists every peer URL with the
-    new scheme; the writes acknowledged and the acknowledged writes missing afterwards (each run
-    a new cluster)."""
-    deploy_operator(kube)
-    samples = []
-    for run in range(runs):
-        driver = new_driver(kube)
-        driver.create(3)
-        driver.wait_available(3, timeout=300)
-        with AckedWriter(driver.client_endpoint(), f"/bench-peer/{run}/", retry_for=5) as writer:
-            wait_until("the first writes", lambda w=writer: len(w.acknowledged) >= 50, 60)
-            started = time.monotonic()
-            driver.patch_spec(tls={"peer": {}})
-            wait_until(
-                "peer TLS on", lambda d=driver: peer_traffic_on(d, "https", 3), 600, interval=0.5
-            )
-            on_seconds = time.monotonic() - started
-            started = time.monotonic()
-            driver.patch_spec(tls=None)
-            wait_until(
-                "peer TLS off", lambda d=driver: peer_traffic_on(d, "http", 3), 600, interval=0.5
-            )
-            off_seconds = time.monotonic() - started
-        samples.append(
-            writer_outcome(
-                writer, on_seconds=round(on_seconds, 1), off_seconds=round(off_seconds, 1)
-            )
+def bench_client_tls(kube: Kube, runs: int) -> None:
+    """Client TLS turned on and off (_tls_turned_on_and_off): the writer uses TLS once the
+    application's client certificate exists, plain HTTP where TLS is refused."""
+
+    def on(driver, writer):
+        wait_until(
+            "the application's client certificate",
+            lambda: kube.exists("secret", f"{driver.name}-client-tls", driver.namespace),
+            60,
         )
-        print(f"peer_tls run {run}: {samples[-1]}", flush=True)
-        drop_namespace(kube, driver.namespace)
-    record(
-        "peer_tls_on_off",
-        [s["on_seconds"] + s["off_seconds"] for s in samples],
-        "peer TLS turned on and off live with 0 acknowledged writes lost (issue 17)",
-        on_seconds_median=statistics.median(s["on_seconds"] for s in samples),
-        off_seconds_median=statistics.median(s["off_seconds"] for s in samples),
-        lost_acknowledged_writes=sum(s["lost_acknowledged"] for s in samples),
-        path="3 members, 3.6.16, operator-managed certificates, on in two rolling restarts, "
-        "off in one",
-        runs=samples,
+        use_application_certificate(driver, writer)
+        wait_until("TLS on", lambda: members_serve(driver, True), 600, interval=0.5)
+
+    def off(driver):
+        wait_until("TLS off", lambda: members_serve(driver, False), 600, interval=0.5)
+
+    _tls_turned_on_and_off(
+        kube,
+        runs,
+        "client",
+        on,
+        off,
+        "3 members, 3.6.16, operator-managed certificates, two rolling restarts each way",
+    )
+
+
+def bench_peer_tls(kube: Kube, runs: int) -> None:
+    """Peer TLS turned on and off (_tls_turned_on_and_off), each way until every member runs
+    the new configuration and etcd lists every peer URL with the new scheme."""
+
+    def on(driver, writer):
+        wait_until("peer TLS on", lambda: peer_traffic_on(driver, "https", 3), 600, interval=0.5)
+
+    def off(driver):
+        wait_until("peer TLS off", lambda: peer_traffic_on(driver, "http", 3), 600, interval=0.5)
+
+    _tls_turned_on_and_off(
+        kube,
+        runs,
+        "peer",
+        on,
+        off,
+        "3 members, 3.6.16, operator-managed certificates, on in two rolling restarts, off in one",
     )
 
 
