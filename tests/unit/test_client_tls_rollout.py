@@ -8,6 +8,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
     SERVE_PLAIN_HTTP,
     kept_client,
     member_client_url,
+    schemes,
     served_client_schemes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ClusterNetwork
@@ -39,16 +40,23 @@ def peer(i, tls):
     return {**config_plan_peer(i, digest, digest), "tls": tls}
 
 
-def roll(tls_of_members, final_tls, leader=0):
-    """Run the planner on three healthy members, applying each restart it asks for (the member
-    back at once), until it has nothing to do: the members' tls after each restart."""
+def rollout(tls_of_members, final_tls, leader=0):
+    """Run the planner on three healthy members, applying each restart and peer URL change it
+    asks for (the member back at once), until it has nothing to do: (step, members' tls,
+    the schemes etcd lists their peer URLs with) after each restart."""
     final = config_of(final_tls)
     members = list(tls_of_members)
+    listed = [schemes(tls)["peer_scheme"] for tls in members]
     history = []
     for _ in range(10):
+        etcd_members = []
+        for i in range(3):
+            entry = member(i, leader=i == leader)
+            entry["peer_urls"] = [f"{listed[i]}://c-{i}.c.ns.svc.cluster.local:2380"]
+            etcd_members.append(entry)
         observed = observation(
             [peer(i, members[i]) for i in range(3)],
-            [member(i, leader=i == leader) for i in range(3)],
+            etcd_members,
             {f"c-{i}": pod(i, config_hash(config_of(members[i]))) for i in range(3)},
             config=final,
         )
@@ -59,9 +67,16 @@ def roll(tls_of_members, final_tls, leader=0):
         i = int(step["peer"].rsplit("-", 1)[1])
         if step["move_leader_to"]:
             leader = int(step["move_leader_to"].rsplit("-", 1)[1])
+        if "peer_urls" in step:
+            listed[i] = step["peer_urls"][0].split("://", 1)[0]
         members[i] = step["config"].get("tls") or {}
-        history.append((step, [dict(t) for t in members]))
+        history.append((step, [dict(t) for t in members], list(listed)))
     raise AssertionError(f"the rollout did not end: {history}")
+
+
+def roll(tls_of_members, final_tls, leader=0):
+    """rollout without the peer URLs: (step, members' tls) after each restart."""
+    return [(step, members) for step, members, _ in rollout(tls_of_members, final_tls, leader)]
 
 
 def reachable_by_one_scheme(members):

@@ -13,14 +13,13 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     render_replicaset,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import config_hash
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
     etcd_cluster_plan as plan,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_config import (
     peer_urls_in_scheme,
 )
-from test_client_tls_rollout import MANAGED_CLIENT, config_of, peer
+from test_client_tls_rollout import MANAGED_CLIENT, config_of, peer, rollout
 from test_config_plan import member, observation, pod
 
 PEER = {"secretName": "c-peer-tls"}
@@ -30,41 +29,8 @@ def scheme_of(urls):
     return {url.split("://", 1)[0] for url in urls}
 
 
-def roll(tls_of_members, final_tls, urls_scheme, leader=0):
-    """Run the planner on three healthy members, applying each restart and peer URL change it
-    asks for, until it has nothing to do: (step, members' tls, members' peer URL schemes)."""
-    final = config_of(final_tls)
-    members = list(tls_of_members)
-    schemes = [urls_scheme] * 3
-    history = []
-    for _ in range(10):
-        etcd_members = []
-        for i in range(3):
-            entry = member(i, leader=i == leader)
-            entry["peer_urls"] = [f"{schemes[i]}://c-{i}.c.ns.svc.cluster.local:2380"]
-            etcd_members.append(entry)
-        observed = observation(
-            [peer(i, members[i]) for i in range(3)],
-            etcd_members,
-            {f"c-{i}": pod(i, config_hash(config_of(members[i]))) for i in range(3)},
-            config=final,
-        )
-        step = plan(observed)
-        if step["action"] == "none":
-            return history
-        assert step["action"] == "restart_member", step
-        i = int(step["peer"].rsplit("-", 1)[1])
-        if step["move_leader_to"]:
-            leader = int(step["move_leader_to"].rsplit("-", 1)[1])
-        if "peer_urls" in step:
-            (schemes[i],) = scheme_of(step["peer_urls"])
-        members[i] = step["config"].get("tls") or {}
-        history.append((step, [dict(t) for t in members], list(schemes)))
-    raise AssertionError(f"the rollout did not end: {history}")
-
-
 def test_turning_peer_tls_on_gives_every_member_the_certificate_before_any_serves_tls():
-    history = roll([{}, {}, {}], {"peer": PEER}, "http")
+    history = rollout([{}, {}, {}], {"peer": PEER})
     order = [step["peer"] for step, _, _ in history]
     assert order[:3] == ["c-2", "c-1", "c-0"] and sorted(order[3:]) == ["c-0", "c-1", "c-2"]
     bridge = {"peer": {**PEER, LISTEN_PLAIN_HTTP: True}}
@@ -91,7 +57,7 @@ def served_peer_scheme(tls):
 
 def test_turning_peer_tls_off_moves_them_back_and_leaves_client_tls_alone():
     both = {"client": MANAGED_CLIENT, "peer": PEER}
-    history = roll([both] * 3, {"client": MANAGED_CLIENT}, "https")
+    history = rollout([both] * 3, {"client": MANAGED_CLIENT})
     assert len(history) == 3
     assert all(scheme_of(step["peer_urls"]) == {"http"} for step, _, _ in history)
     assert history[-1][1] == [{"client": MANAGED_CLIENT}] * 3
@@ -99,7 +65,7 @@ def test_turning_peer_tls_off_moves_them_back_and_leaves_client_tls_alone():
 
 
 def test_a_restart_that_keeps_the_peer_scheme_does_not_touch_peer_urls():
-    history = roll([{"peer": PEER}] * 3, {"peer": PEER, "client": MANAGED_CLIENT}, "https")
+    history = rollout([{"peer": PEER}] * 3, {"peer": PEER, "client": MANAGED_CLIENT})
     assert history and all("peer_urls" not in step for step, _, _ in history)
 
 
