@@ -883,6 +883,60 @@ class TLSClusterDriver(EtcdClusterDriver):
         return manifest
 
 
+def noop_reconcile_cpu(pid: int, driver, pokes: int) -> list[float]:
+    """CPU-seconds of the operator's processes for each of ``pokes`` reconciles that find nothing
+    to do, one at a time: an annotation no role reads is changed (annotation changes wake the
+    reconcile, watches.yaml), the run is awaited from its job events, then 1 s more for its
+    processes to exit and the warm-start server to learn its templates."""
+    samples = []
+    for poke in range(pokes):
+        since, before = time.time(), cpu_seconds(pid)
+        driver.kube(
+            "annotate",
+            "etcdclusters.etcd.quorumkeeper.dev",
+            driver.name,
+            "-n",
+            driver.namespace,
+            "--overwrite",
+            f"bench.quorumkeeper.dev/poke={poke}",
+        )
+        deadline = time.monotonic() + 60
+        while not any(r["kind"] == "EtcdCluster" for r in runs_since(pid, since)):
+            if time.monotonic() > deadline:
+                raise RuntimeError("no reconcile within 60 s of the annotation")
+            time.sleep(0.2)
+        time.sleep(1)
+        runs = runs_since(pid, since)
+        if len(runs) != 1 or runs[0]["failed"]:
+            raise RuntimeError(f"expected one successful reconcile per poke, got {runs}")
+        samples.append(cpu_seconds(pid) - before)
+    return samples
+
+
+def bench_noop(kube: Kube, runs: int) -> None:
+    """A reconcile that finds nothing to do, measured alone, ``runs`` x 4 times on one cluster
+    (the profile's steady case measures a wider window, ~0.3 CPU-s noisier)."""
+    deploy_operator(kube)
+    pid = operator_pid()
+    driver = new_driver(kube)
+    driver.create(3)
+    driver.wait_available(3)
+    time.sleep(5)
+    noop_reconcile_cpu(pid, driver, 2)  # templates of a first no-op run compiled
+    samples = noop_reconcile_cpu(pid, driver, runs * 4)
+    tasks = runs_since(pid, time.time() - 5)
+    drop_namespace(kube, driver.namespace)
+    record(
+        "noop_reconcile",
+        samples,
+        "<= 0.4 CPU-s (issue 20)",
+        unit="CPU-s",
+        tasks=tasks[-1]["tasks"] if tasks else None,
+        note="CPU of the operator container's processes for one reconcile of a healthy 3-member "
+        "cluster that finds nothing to do (an annotation changed), one at a time",
+    )
+
+
 def bench_profile(kube: Kube, runs: int, tls: bool = False) -> None:
     deploy_operator(kube)
     install_monitoring_crds(kube)
@@ -2427,6 +2481,7 @@ BENCHMARKS = {
     "burst": bench_burst,
     "idle": bench_idle,
     "profile": bench_profile,
+    "noop": bench_noop,
     "profile_tls": functools.partial(bench_profile, tls=True),
     "backup": bench_backup,
     "backup_1gib": bench_backup_1gib,

@@ -96,7 +96,7 @@ def connection_argument_spec(endpoints_required: bool = True) -> dict:
         "client_key": {"type": "path", "no_log": False},
         "username": {"type": "str"},
         "password": {"type": "str", "no_log": True},
-        "password_file": {"type": "path"},
+        "password_file": {"type": "path", "no_log": False},
     }
     if endpoints_required:
         spec = {"endpoints": {"type": "list", "elements": "str", "required": True}, **spec}

@@ -46,6 +46,34 @@ STATUS_ARGUMENT_SPEC = {
         },
     },
 }
+_CONDITION_OPTIONS = STATUS_ARGUMENT_SPEC["conditions"]
+# Events about the object, the statuses of related objects (same apiVersion and namespace) and
+# the object's own status, written by one task (k8s_report).
+REPORT_ARGUMENT_SPEC = {
+    **STATUS_ARGUMENT_SPEC,
+    "events": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "reason": {"type": "str", "required": True},
+            "message": {"type": "str", "required": True},
+            "type": {"type": "str", "choices": ["Normal", "Warning"], "default": "Normal"},
+        },
+    },
+    "related_statuses": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "kind": {"type": "str", "required": True},
+            "name": {"type": "str", "required": True},
+            "status": {"type": "dict", "default": {}},
+            "conditions": _CONDITION_OPTIONS,
+        },
+    },
+    "component": {"type": "str", "default": "quorumkeeper"},
+}
 EVENT_ARGUMENT_SPEC = {
     **OBJECT_OPTIONS,
     "uid": {"type": "str"},
@@ -302,3 +330,37 @@ def record_event(client, params, check_mode=False):
         except KubeError as exc2:
             raise OperationError(f"cannot create an event in {namespace}: {exc2}") from exc2
     return {"changed": True, "event": written}
+
+
+def write_report(client, params, check_mode=False):
+    """What one pass of a controller found, in the order a reader should see it: the Events
+    about the object, then the status of each related object (``related_statuses``: same
+    apiVersion and namespace, e.g. a cluster's members), then the object's own status.
+
+    Each write is ``record_event`` / ``write_status``'s, with ``ignore_missing`` applied to
+    every object. Returns ``changed``, the object's ``status`` (or ``gone``), ``events``
+    recorded and the names of the ``related_changed`` objects whose status was written.
+    """
+    p = params
+    about = {key: p[key] for key in OBJECT_OPTIONS}
+    recorded = 0
+    for event in p["events"]:
+        outcome = record_event(
+            client, {**about, "uid": None, "component": p["component"], **event}, check_mode
+        )
+        recorded += 0 if outcome.get("gone") else 1
+    related_changed = []
+    for related in p["related_statuses"]:
+        outcome = write_status(client, {**about, **related}, check_mode)
+        if outcome.get("changed"):
+            related_changed.append(related["name"])
+    own = write_status(
+        client, {**about, "status": p["status"], "conditions": p["conditions"]}, check_mode
+    )
+    own.pop("result", None)
+    return {
+        **own,
+        "changed": bool(own.get("changed") or recorded or related_changed),
+        "events": recorded,
+        "related_changed": related_changed,
+    }

@@ -46,6 +46,7 @@ import atexit
 import codecs
 import contextlib
 import errno
+import gc
 import http.client
 import json
 import os
@@ -756,6 +757,11 @@ class WarmServer:
                 conn.close()
                 return
             self.stats["runs"] += 1
+            # What the server holds is moved out of the collector's reach first: a child's
+            # collections then never walk (and so copy, page by page) the heap it shares with
+            # the server. A steady reconcile costs about a tenth less CPU that way (measured:
+            # docs/reconcile-cost.md). Freezing again per run only adds what the server learned.
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 self.run_child(request, fds)

@@ -153,6 +153,7 @@ def test_manager_deployment(rendered):
         "--max-concurrent-reconciles=4",
         "--leader-election-id=quorumkeeper",
         "--health-probe-bind-address=:6789",
+        "--ansible-verbosity=0",
         "--metrics-bind-address=:8080",
     ]
     # Both metrics endpoints are named ports: config/prometheus's PodMonitor scrapes them.
@@ -440,7 +441,7 @@ def test_watches():
                     assert value.startswith(f"{{{{ {source}"), (action, option)
                     assert value.endswith(f".{option} | default(omit) }}}}"), (action, option)
                 continue
-            assert action in ("k8s_event", "k8s_status"), action
+            assert action in ("k8s_event", "k8s_status", "k8s_report"), action
             assert defaults["kind"] == kind and defaults["ignore_missing"] is True
             assert defaults["name"] == "{{ ansible_operator_meta.name }}"
         assert w["reconcilePeriod"] == period

@@ -1,5 +1,5 @@
-"""k8s_status / k8s_event against a real API server (the local cluster), both as the action
-plugins the operator runs in-process and as the modules in library/.
+"""k8s_status / k8s_event / k8s_report against a real API server (the local cluster), both as
+the action plugins the operator runs in-process and as the modules in library/.
 
 They use the local cluster (started if not running, by the ``local_cluster`` fixture of
 tests/conftest.py).
@@ -226,3 +226,54 @@ def test_event_missing_object(kube, run_module):
         },
     )
     assert res["failed"] and "does not exist" in res["msg"]
+
+
+def test_report_writes_events_then_related_statuses_then_its_own(kube, run_module):
+    """One k8s_report task: the Events about the object, a related object's status, the object's
+    own status; a related object that is gone is skipped with ignore_missing, and a report that
+    changes nothing writes nothing."""
+    res_type = kube["dyn"].resources.get(api_version=API_VERSION, kind=KIND)
+    names = [f"p-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    for name in names:
+        kube["dyn"].create(
+            res_type,
+            namespace=kube["namespace"],
+            body={"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": name}, "spec": {}},
+        )
+    owner, member = ({"name": n, "res": res_type, **kube} for n in names)
+    owner["uid"] = _get(owner)["metadata"]["uid"]
+    ready = {"type": "Ready", "status": True, "reason": "PodReady", "message": "ready"}
+    available = {"type": "Available", "status": "True", "reason": "QuorumHealthy", "message": ""}
+    args = _args(
+        owner,
+        events=[{"reason": "MemberAdded", "message": f"member {names[1]} added"}],
+        related_statuses=[
+            {"kind": KIND, "name": names[1], "status": {"ready": True}, "conditions": [ready]},
+            {"kind": KIND, "name": "gone-member", "status": {"ready": False}},
+        ],
+        status={"readyMembers": 2},
+        conditions=[available],
+        ignore_missing=True,
+    )
+
+    res = run_module("k8s_report", args, check=True)
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    assert _events(owner) == [] and not _get(member).get("status")
+
+    res = run_module("k8s_report", args)
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    assert res["events"] == 1 and res["related_changed"] == [names[1]]
+    (event,) = _events(owner)
+    assert event["reason"] == "MemberAdded" and event["type"] == "Normal"
+    member_status = _get(member)["status"]
+    assert member_status["ready"] is True and member_status["conditions"][0]["status"] == "True"
+    own = _get(owner)["status"]
+    assert own["readyMembers"] == 2 and own["conditions"][0]["reason"] == "QuorumHealthy"
+    assert res["status"] == own
+
+    res = run_module("k8s_report", dict(args, events=[]))
+    assert not res["failed"] and res["changed"] is False, res
+    assert res["related_changed"] == [] and res["events"] == 0
+
+    res = run_module("k8s_report", dict(args, ignore_missing=False, events=[]))
+    assert res["failed"] and "gone-member" in res["msg"] and "not found" in res["msg"]

@@ -28,6 +28,7 @@ TASKS = Path(__file__).resolve().parents[2] / "roles" / "etcdcluster" / "tasks"
 NOT_STEPS = {
     "main",
     "reconcile",
+    "act",
     "converge",
     "take_step",
     "report_held",
