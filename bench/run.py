@@ -922,7 +922,7 @@ def bench_noop(kube: Kube, runs: int) -> None:
     driver.create(3)
     driver.wait_available(3)
     time.sleep(5)
-    noop_reconcile_cpu(pid, driver, 2)  # templates of a first no-op run compiled
+    noop_reconcile_cpu(pid, driver, 5)  # until the warm-start server knows their templates
     samples = noop_reconcile_cpu(pid, driver, runs * 4)
     tasks = runs_since(pid, time.time() - 5)
     drop_namespace(kube, driver.namespace)
