@@ -889,7 +889,10 @@ def noop_reconcile_cpu(pid: int, driver, pokes: int) -> list[float]:
     reconcile, watches.yaml), the run is awaited from its job events, then 1 s more for its
     processes to exit and the warm-start server to learn its templates."""
     samples = []
-    for poke in range(pokes):
+    discarded = 0
+    poke = 0
+    while len(samples) < pokes:
+        poke += 1
         since, before = time.time(), cpu_seconds(pid)
         driver.kube(
             "annotate",
@@ -907,8 +910,15 @@ def noop_reconcile_cpu(pid: int, driver, pokes: int) -> list[float]:
             time.sleep(0.2)
         time.sleep(1)
         runs = runs_since(pid, since)
-        if len(runs) != 1 or runs[0]["failed"]:
+        if any(r["failed"] for r in runs):
             raise RuntimeError(f"expected one successful reconcile per poke, got {runs}")
+        if len(runs) != 1:
+            # Something else woke the cluster in the same window (CI's machine saw a second,
+            # empty run now and then): not one reconcile's cost, measured again.
+            discarded += 1
+            if discarded > pokes:
+                raise RuntimeError(f"expected one reconcile per poke, got {runs}")
+            continue
         samples.append(cpu_seconds(pid) - before)
     return samples
 

@@ -192,13 +192,20 @@ def host_client(kubectl, store: Store):
     )
 
 
-def ensure_bucket(client, store: Store, bucket: str = BUCKET, timeout: float = 120) -> None:
+def ensure_bucket(
+    client, store: Store, bucket: str = BUCKET, timeout: float = 120, on_stuck=None
+) -> None:
     """Create the bucket unless it exists; retried while the Service's endpoints catch up.
 
-    Raises RuntimeError naming the store and the last answer of each call when the bucket is
-    still missing at the deadline."""
-    deadline = time.monotonic() + timeout
+    ``on_stuck`` (e.g. restart_store) is called once when half the time has passed without the
+    bucket: a store that answers every call with an error is not going to get better by itself.
+    Raises RuntimeError naming the store, every distinct answer seen and who gave it when the
+    bucket is still missing at the deadline."""
+    started = time.monotonic()
+    deadline = started + timeout
     attempts = 0
+    answers: dict[str, int] = {}
+    stuck_called = False
     while True:
         attempts += 1
         try:
@@ -210,12 +217,50 @@ def ensure_bucket(client, store: Store, bucket: str = BUCKET, timeout: float = 1
             last_error: Exception = RuntimeError("created, but not found afterwards")
         except Exception as error:  # noqa: BLE001 - any failure is retried until the deadline
             last_error = error
-        if time.monotonic() > deadline:
+        answer = describe_answer(last_error)
+        answers[answer] = answers.get(answer, 0) + 1
+        now = time.monotonic()
+        if on_stuck is not None and not stuck_called and now - started > timeout / 2:
+            stuck_called = True
+            on_stuck(store)
+        if now > deadline:
+            seen = "; ".join(f"{count}x {answer}" for answer, count in answers.items())
             raise RuntimeError(
                 f"bucket {bucket} in {store.name} ({store.url}) still missing after "
-                f"{attempts} attempts in {timeout:.0f}s; last error: {last_error!r}"
+                f"{attempts} attempts in {timeout:.0f}s"
+                + (" and a restart of the store" if stuck_called else "")
+                + f"; answers: {seen}"
             ) from last_error
         time.sleep(1)
+
+
+def describe_answer(error: Exception) -> str:
+    """An error with who answered: the HTTP status and Server header of an S3 error response
+    (a store's own errors and a stranger's 404 look alike in botocore's message)."""
+    response = getattr(error, "response", None)
+    if not isinstance(response, dict):
+        return repr(error)
+    metadata = response.get("ResponseMetadata", {})
+    headers = metadata.get("HTTPHeaders", {})
+    return (
+        f"{error!r} (HTTP {metadata.get('HTTPStatusCode')}, server "
+        f"{headers.get('server', 'unnamed')}, content-type {headers.get('content-type')})"
+    )
+
+
+def restart_store(kubectl, store: Store, timeout: float = 120) -> None:
+    """Delete the store's pods and wait until its Deployment has a ready one again (empty)."""
+    kubectl(
+        "delete",
+        "pods",
+        "-n",
+        NAMESPACE,
+        "-l",
+        f"app.kubernetes.io/name={store.name}",
+        "--wait=true",
+        "--timeout=60s",
+    )
+    deploy(kubectl, timeout)
 
 
 def _bucket_exists(client, store: Store, bucket: str) -> bool:

@@ -79,9 +79,9 @@ class StoreUnderTest:
             return [o["Key"] for o in listed.get("Contents", [])]
         return [b.name for b in self.client.list_blobs(self.bucket, prefix=prefix)]
 
-    def ensure_bucket(self) -> None:
+    def ensure_bucket(self, on_stuck=None) -> None:
         """A store pod that restarted is empty: call this before relying on the bucket."""
-        stores_lib.ensure_bucket(self.client, self.store, self.bucket)
+        stores_lib.ensure_bucket(self.client, self.store, self.bucket, on_stuck=on_stuck)
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +95,10 @@ def object_stores(local_cluster) -> dict[str, StoreUnderTest]:
     for name, store in stores_lib.stores().items():
         deployed[name] = StoreUnderTest(store, stores_lib.host_client(local_cluster, store))
         try:
-            deployed[name].ensure_bucket()
+            # CI once saw moto answer every call with 404 for two minutes: restarted then.
+            deployed[name].ensure_bucket(
+                on_stuck=lambda store: stores_lib.restart_store(local_cluster, store)
+            )
         except RuntimeError as error:
             pytest.fail(f"{error}; the store's pods: {stores_lib.pods_not_ready(local_cluster)}")
     return deployed

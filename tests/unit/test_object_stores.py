@@ -143,3 +143,46 @@ def test_ensure_bucket_names_the_store_and_the_last_error_when_it_gives_up():
     client = _s3_client(port, no_retries)
     with pytest.raises(RuntimeError, match=r"bucket etcd-backups in moto .* still missing.*"):
         object_stores.ensure_bucket(client, object_stores.stores()["moto"], timeout=1)
+
+
+def test_ensure_bucket_restarts_a_store_that_keeps_refusing_once_and_says_who_answered():
+    """CI saw every call to moto in the cluster answered 404 for two minutes."""
+    import http.server
+    import threading
+
+    import botocore.config
+    import pytest
+
+    class Stranger(http.server.BaseHTTPRequestHandler):
+        def answer(self):
+            self.send_response(404)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", "9")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(b"not here\n")
+
+        do_HEAD = do_PUT = do_GET = answer
+
+        def version_string(self):
+            return "stranger/1.0"
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stranger)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    restarted = []
+    try:
+        client = _s3_client(
+            server.server_address[1], botocore.config.Config(retries={"max_attempts": 1})
+        )
+        store = object_stores.stores()["moto"]
+        with pytest.raises(RuntimeError) as refused:
+            object_stores.ensure_bucket(client, store, timeout=3, on_stuck=restarted.append)
+    finally:
+        server.shutdown()
+    assert restarted == [store]
+    message = str(refused.value)
+    assert "and a restart of the store" in message
+    assert "HTTP 404, server stranger/1.0, content-type text/html" in message
