@@ -15,18 +15,6 @@ description:
   - Connection as in C(k8s_status). Runs in the controller process as an action plugin when
     C(plugins/action) is configured.
 options:
-  api_version:
-    description: apiVersion of the involved object.
-    type: str
-    required: true
-  kind:
-    description: Kind of the involved object.
-    type: str
-    required: true
-  name:
-    description: Name of the involved object.
-    type: str
-    required: true
   namespace:
     description: Namespace of the involved object, and of the Event (C(default) if omitted).
     type: str
@@ -50,15 +38,9 @@ options:
     description: Reporting component (C(source.component)).
     type: str
     default: quorumkeeper
-  ignore_missing:
-    description:
-      - When the object does not exist (any more), or its namespace is being deleted, do
-        nothing and return C(gone=true) instead of failing. For controllers reporting on an
-        object that may be deleted while they work.
-    type: bool
-    default: false
 extends_documentation_fragment:
   - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.k8s_object
 requirements: [PyYAML]
 """
 

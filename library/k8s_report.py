@@ -20,44 +20,9 @@ description:
     C(plugins/action) is configured (as in the operator image); this file documents it and
     runs it as a module otherwise.
 options:
-  api_version:
-    description: apiVersion of the object, and of the related objects.
-    type: str
-    required: true
-  kind:
-    description: Kind of the object.
-    type: str
-    required: true
-  name:
-    description: Name of the object.
-    type: str
-    required: true
   namespace:
     description: Namespace of the object and of the related objects (omit for cluster-scoped kinds).
     type: str
-  status:
-    description: Fields merged into the object's existing status (as in C(k8s_status)).
-    type: dict
-    default: {}
-  conditions:
-    description: Conditions merged by type into the object's C(status.conditions).
-    type: list
-    elements: dict
-    default: []
-    suboptions: &conditions
-      type:
-        type: str
-        required: true
-      status:
-        description: C(True), C(False) or C(Unknown) (booleans are accepted).
-        type: raw
-        required: true
-      reason:
-        type: str
-        required: true
-      message:
-        type: str
-        default: ""
   events:
     description: Events about the object, recorded first, in order.
     type: list
@@ -100,7 +65,20 @@ options:
         type: list
         elements: dict
         default: []
-        suboptions: *conditions
+        suboptions:
+          type:
+            type: str
+            required: true
+          status:
+            description: C(True), C(False) or C(Unknown) (booleans are accepted).
+            type: raw
+            required: true
+          reason:
+            type: str
+            required: true
+          message:
+            type: str
+            default: ""
   component:
     description: Reporting component of the Events (C(source.component)).
     type: str
@@ -108,12 +86,27 @@ options:
   ignore_missing:
     description:
       - When the object or a related object does not exist (any more), or the namespace is
-        being deleted, skip it instead of failing. For controllers reporting on objects that
-        may be deleted while they work.
-    type: bool
-    default: false
+        being deleted, skip it instead of failing.
+  known:
+    description:
+      - The object as the caller read it in this pass, when nothing wrote its status since. With
+        no I(events) and no I(related_statuses), a I(status) and I(conditions) that would not
+        change it are not written, and the object is not read either (a controller's pass that
+        finds nothing to do makes no API call here).
+    type: dict
+    suboptions:
+      status:
+        description: Its C(status).
+        type: dict
+        default: {}
+      generation:
+        description: Its C(metadata.generation), for the conditions' C(observedGeneration).
+        type: int
+        required: true
 extends_documentation_fragment:
   - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.k8s_object
+  - quorumkeeper.etcd.k8s_object.conditions
 requirements: [PyYAML]
 """
 

@@ -20,54 +20,11 @@ description:
     proxy, whose reads come from a cache and could be a moment old.
   - Runs in the controller process as an action plugin when C(plugins/action) is configured
     (as in the operator image); this file documents it and runs it as a module otherwise.
-options:
-  api_version:
-    description: apiVersion of the object, e.g. C(etcd.quorumkeeper.dev/v1alpha1).
-    type: str
-    required: true
-  kind:
-    description: Kind of the object.
-    type: str
-    required: true
-  name:
-    description: Name of the object.
-    type: str
-    required: true
-  namespace:
-    description: Namespace of the object (omit for cluster-scoped kinds).
-    type: str
-  status:
-    description: Fields merged into the existing status.
-    type: dict
-    default: {}
-  conditions:
-    description: Conditions merged by type into C(status.conditions).
-    type: list
-    elements: dict
-    default: []
-    suboptions:
-      type:
-        type: str
-        required: true
-      status:
-        description: C(True), C(False) or C(Unknown) (booleans are accepted).
-        type: raw
-        required: true
-      reason:
-        type: str
-        required: true
-      message:
-        type: str
-        default: ""
-  ignore_missing:
-    description:
-      - When the object does not exist (any more), or its namespace is being deleted, do
-        nothing and return C(gone=true) instead of failing. For controllers reporting on an
-        object that may be deleted while they work.
-    type: bool
-    default: false
+options: {}
 extends_documentation_fragment:
   - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.k8s_object
+  - quorumkeeper.etcd.k8s_object.conditions
 requirements: [PyYAML]
 """
 

@@ -47,19 +47,23 @@ STATUS_ARGUMENT_SPEC = {
     },
 }
 _CONDITION_OPTIONS = STATUS_ARGUMENT_SPEC["conditions"]
-# Events about the object, the statuses of related objects (same apiVersion and namespace) and
-# the object's own status, written by one task (k8s_report).
+EVENT_ARGUMENT_SPEC = {
+    **OBJECT_OPTIONS,
+    "uid": {"type": "str"},
+    "reason": {"type": "str", "required": True},
+    "message": {"type": "str", "required": True},
+    "type": {"type": "str", "choices": ["Normal", "Warning"], "default": "Normal"},
+    "component": {"type": "str", "default": "quorumkeeper"},
+}
+# Events about the object (each as k8s_event takes one), the statuses of related objects (same
+# apiVersion and namespace) and the object's own status, written by one task (k8s_report).
 REPORT_ARGUMENT_SPEC = {
     **STATUS_ARGUMENT_SPEC,
     "events": {
         "type": "list",
         "elements": "dict",
         "default": [],
-        "options": {
-            "reason": {"type": "str", "required": True},
-            "message": {"type": "str", "required": True},
-            "type": {"type": "str", "choices": ["Normal", "Warning"], "default": "Normal"},
-        },
+        "options": {key: EVENT_ARGUMENT_SPEC[key] for key in ("reason", "message", "type")},
     },
     "related_statuses": {
         "type": "list",
@@ -72,15 +76,14 @@ REPORT_ARGUMENT_SPEC = {
             "conditions": _CONDITION_OPTIONS,
         },
     },
-    "component": {"type": "str", "default": "quorumkeeper"},
-}
-EVENT_ARGUMENT_SPEC = {
-    **OBJECT_OPTIONS,
-    "uid": {"type": "str"},
-    "reason": {"type": "str", "required": True},
-    "message": {"type": "str", "required": True},
-    "type": {"type": "str", "choices": ["Normal", "Warning"], "default": "Normal"},
-    "component": {"type": "str", "default": "quorumkeeper"},
+    "component": EVENT_ARGUMENT_SPEC["component"],
+    "known": {
+        "type": "dict",
+        "options": {
+            "status": {"type": "dict", "default": {}},
+            "generation": {"type": "int", "required": True},
+        },
+    },
 }
 
 
@@ -342,13 +345,31 @@ def write_report(client, params, check_mode=False):
     recorded and the names of the ``related_changed`` objects whose status was written.
     """
     p = params
+    known = p.get("known")
+    if known is not None and not p["events"] and not p["related_statuses"]:
+        # The caller read the object in this pass and wrote nothing since: when that status
+        # already says everything, there is nothing to read or write.
+        try:
+            unchanged = (
+                compute_status(known["status"], p["status"], p["conditions"], known["generation"])
+                == known["status"]
+            )
+        except ValueError:
+            unchanged = False  # write_status below says what is wrong
+        if unchanged:
+            return {"changed": False, "status": known["status"], "events": 0, "related_changed": []}
     about = {key: p[key] for key in OBJECT_OPTIONS}
     recorded = 0
+    # The object is read for its uid by the first Event only.
+    uid = None
     for event in p["events"]:
         outcome = record_event(
-            client, {**about, "uid": None, "component": p["component"], **event}, check_mode
+            client, {**about, "uid": uid, "component": p["component"], **event}, check_mode
         )
-        recorded += 0 if outcome.get("gone") else 1
+        if outcome.get("gone"):
+            break
+        recorded += 1
+        uid = outcome["event"]["involvedObject"]["uid"]
     related_changed = []
     for related in p["related_statuses"]:
         outcome = write_status(client, {**about, **related}, check_mode)

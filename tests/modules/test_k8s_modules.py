@@ -277,3 +277,32 @@ def test_report_writes_events_then_related_statuses_then_its_own(kube, run_modul
 
     res = run_module("k8s_report", dict(args, ignore_missing=False, events=[]))
     assert res["failed"] and "gone-member" in res["msg"] and "not found" in res["msg"]
+
+
+def test_report_trusts_the_object_the_caller_read_when_it_would_not_change_it(probe, run_module):
+    """With ``known`` and nothing but the status to write, a report that would not change the
+    status the caller read makes no API call; one that would is written as without it."""
+    available = {"type": "Available", "status": "True", "reason": "QuorumHealthy", "message": ""}
+    res = run_module("k8s_report", _args(probe, status={"readyMembers": 3}, conditions=[available]))
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    stored = _get(probe)
+    read = {"status": stored["status"], "generation": stored["metadata"]["generation"]}
+
+    # What the caller read says readyMembers 2 although 3 is stored: trusted, not read again.
+    stale = {**read, "status": {**read["status"], "readyMembers": 2}}
+    same = _args(probe, status={"readyMembers": 2}, conditions=[available], known=stale)
+    res = run_module("k8s_report", same)
+    assert not res["failed"] and res["changed"] is False, res.get("msg", res)
+    assert res["status"]["readyMembers"] == 2 and _get(probe)["status"]["readyMembers"] == 3
+
+    # A change against what the caller read is written, merged into what is stored.
+    changed = _args(probe, status={"readyMembers": 1}, conditions=[available], known=read)
+    res = run_module("k8s_report", changed)
+    assert not res["failed"] and res["changed"] is True, res.get("msg", res)
+    assert _get(probe)["status"]["readyMembers"] == 1
+
+    # Events are never skipped.
+    with_event = dict(same, known=read, status={"readyMembers": 1})
+    with_event["events"] = [{"reason": "MemberAdded", "message": "m added"}]
+    res = run_module("k8s_report", with_event)
+    assert not res["failed"] and res["events"] == 1, res.get("msg", res)
