@@ -73,11 +73,13 @@ With a healthy quorum (the rules below return None without one):
   compact, defragment member by member (the leader last, leadership moved first) and disarm,
   before any membership change; when the alarm is back soon after, the live data is at the
   quota and the step waits (DatabaseQuotaExceeded) saying what a person can do.
-- add_member [add_member]: fewer voting members than spec.replicas: add the lowest free ordinal
-  as a learner, start it and promote it when it has caught up.
+- add_member [add_member]: fewer voting members than spec.replicas: add the lowest free
+  ordinals one at a time, each as a learner, started and promoted when it has caught up before
+  the next (etcd allows one learner; each add and promotion checks etcd's quorum again).
 - remove_member [remove_member]: more members than spec.replicas: remove a learner no longer
   needed (RemovingLearner), else a member moving to a new volume (its replacement has
-  joined), else the highest ordinal (leader moved first).
+  joined), else the highest ordinals, one at a time in one step (leader moved first; each
+  removal checks etcd's quorum again).
 - replace_stale_peer [replace_member]: a peer that never became a member (its learner was
   removed before it started): recreate it.
 - move_to_new_volumes [add_member, wait] (qk_plan_volumes): a member on a volume of another

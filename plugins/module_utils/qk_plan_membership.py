@@ -234,22 +234,33 @@ def promote(ctx: PlanContext) -> Step | None:
 
 
 def add_member(ctx: PlanContext) -> Step | None:
-    """Fewer voting members than spec.replicas: add the lowest free ordinal as a learner, start
-    it and promote it when it has caught up."""
+    """Fewer voting members than spec.replicas: add the lowest free ordinals, one at a time, each
+    as a learner, started and promoted when it has caught up before the next is added.
+
+    One step adds every member the scale needs: etcd allows one learner at a time, so each add
+    waits for the previous promotion, and etcd_member checks etcd's quorum again before each
+    add and promotion; what the step leaves half done (a learner not started or not promoted)
+    is what create_peer and promote resume from."""
     if not ctx.has_quorum or len(ctx.voters) >= ctx.replicas:
         return None
-    name = ctx.free_peer_name()
-    last = len(ctx.voters) + 1 == ctx.replicas
+    names = ctx.free_peer_names(ctx.replicas - len(ctx.voters))
     scheme = new_member_peer_scheme(ctx)
+    adding = (
+        f"adding {names[0]} as a learner"
+        if len(names) == 1
+        else f"adding {', '.join(names)} one at a time, each as a learner promoted once it has "
+        "caught up"
+    )
     return make_step(
         "add_member",
         "ScalingUp",
-        f"scaling up from {len(ctx.voters)} to {ctx.replicas}: adding {name} as a learner",
-        peer=name,
-        voters_after=len(ctx.voters) + 1,
+        f"scaling up from {len(ctx.voters)} to {ctx.replicas}: {adding}",
+        peer=names[0],
+        peers=names,
+        voters_after=ctx.replicas,
         version=new_member_version(ctx),
-        # The scale's last member: its pod's readiness is reported in this reconcile.
-        wait_ready=[name] if last else [],
+        # The scale's members: their pods' readiness is reported in this reconcile.
+        wait_ready=names,
         **({"peer_scheme": scheme} if scheme else {}),
     )
 
@@ -257,7 +268,8 @@ def add_member(ctx: PlanContext) -> Step | None:
 def remove_member(ctx: PlanContext) -> Step | None:
     """More members than spec.replicas: remove a learner no longer needed (one that never
     started, for a scale or move since taken back), else a member moving to a new volume (its
-    replacement has joined), else the highest ordinal; leadership moved first."""
+    replacement has joined), else the highest ordinals, every one the scale-down removes, one at
+    a time; leadership moved first."""
     if not ctx.has_quorum or len(ctx.members) <= ctx.replicas:
         return None
     if ctx.learners:
@@ -284,13 +296,19 @@ def remove_member(ctx: PlanContext) -> Step | None:
             peer=name,
             member=ctx.by_peer[name],
         )
-    name = max(ctx.by_peer, key=ordinal_of)
+    # Every member the scale-down removes, highest ordinal first, in one step: etcd_member
+    # checks again before each removal that it keeps the quorum (and moves leadership away).
+    names = sorted(ctx.by_peer, key=ordinal_of, reverse=True)[: len(ctx.members) - ctx.replicas]
+    removing = (
+        f"removing {names[0]}" if len(names) == 1 else f"removing {', '.join(names)} one at a time"
+    )
     return make_step(
         "remove_member",
         "ScalingDown",
-        f"scaling down from {len(ctx.members)} to {ctx.replicas}: removing {name}",
-        peer=name,
-        member=ctx.by_peer[name],
+        f"scaling down from {len(ctx.members)} to {ctx.replicas}: {removing}",
+        peer=names[0],
+        member=ctx.by_peer[names[0]],
+        members=[{"name": name, "member": ctx.by_peer[name]} for name in names],
     )
 
 

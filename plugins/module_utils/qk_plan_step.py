@@ -41,9 +41,10 @@ STEP_ACTIONS = MappingProxyType(
         "create_peer": "create the EtcdPeer of a member etcd has but no peer stands for",
         "replace_member": "remove a member whose data is gone, and its peer, to re-add it",
         "promote": "promote a learner that has caught up to a voting member",
-        "add_member": "add the lowest free ordinal as a learner and start it",
-        "remove_member": "remove a member moved to a new volume, else the highest ordinal "
-        "(its leadership moved first)",
+        "add_member": "add the lowest free ordinals as learners, one at a time, each started and "
+        "promoted before the next",
+        "remove_member": "remove a member moved to a new volume, else the highest ordinals one "
+        "at a time (leadership moved first)",
         "defragment": "defragment member by member (NOSPACE: compact first, disarm after)",
         "grow_volumes": "raise the members' claims to the size spec.storage asks for",
         "wait": "nothing can be done safely now; the message says what is waited for",
@@ -92,11 +93,14 @@ class Step(TypedDict, total=False):
     # add_member: "http" when the new member must serve its peers plain HTTP while peer TLS is
     # turned on (qk_plan_config.new_member_peer_scheme)
     peer_scheme: str
-    members: list[dict]  # repair_members, defragment, grow_volumes: [{name}]
+    # repair_members, defragment, grow_volumes: [{name}]; remove_member: [{name, member}], every
+    # member a scale-down removes, in turn (peer and member are the first)
+    members: list[dict]
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
     # request (the annotation's value a Requested one answers)
     maintenance: dict
-    peers: list[str]  # hand_over_members
+    # hand_over_members; add_member: every member a scale-up adds, in turn (peer is the first)
+    peers: list[str]
     peers_to_create: list[str]  # bootstrap
     peers_to_update: list[str]  # update_peers
     initial_cluster: list[str]  # bootstrap, update_peers
@@ -193,8 +197,13 @@ class PlanContext:
 
     def free_peer_name(self) -> str:
         """The name of a new member: the lowest ordinal no peer or etcd member has."""
+        return self.free_peer_names(1)[0]
+
+    def free_peer_names(self, count: int) -> list[str]:
+        """The names of ``count`` new members: the lowest ordinals no peer or etcd member has."""
         taken = {ordinal_of(n) for n in list(self.peers) + list(self.by_peer)}
-        return peer_name(self.cluster, next(i for i in range(len(taken) + 1) if i not in taken))
+        free = (i for i in range(len(taken) + count) if i not in taken)
+        return [peer_name(self.cluster, next(free)) for _ in range(count)]
 
 
 Rule = Callable[[PlanContext], Step | None]

@@ -131,6 +131,22 @@ def test_scale_up_adds_the_lowest_free_ordinal_as_learner():
     assert (step["action"], step["peer"], step["requeue"]) == ("add_member", "c-3", "next")
 
 
+def test_scale_up_adds_every_missing_member_in_one_step_lowest_free_ordinals_first():
+    # Members c-0, c-2 and c-3 (c-1 was removed): the free ordinals are 1 and 4.
+    ordinals = (0, 2, 3)
+    peers = [peer(i, member_id=str(i), pvc_uid=f"uid-{i}") for i in ordinals]
+    members = [member(i, leader=i == 0) for i in ordinals]
+    step = plan(observed(5, peers, members))
+    assert (step["action"], step["peer"], step["peers"]) == ("add_member", "c-1", ["c-1", "c-4"])
+    assert step["message"] == (
+        "scaling up from 3 to 5: adding c-1, c-4 one at a time, each as a learner promoted once "
+        "it has caught up"
+    )
+    # Without a quorum nothing is added.
+    no_quorum = [member(i, leader=i == 0, healthy=i == 0) for i in ordinals]
+    assert plan(observed(5, peers, no_quorum))["action"] != "add_member"
+
+
 def test_learner_without_peer_gets_its_peer_created_first():
     members = healthy(3) + [member(3, learner=True, started=False)]
     step = plan(observed(5, started(3), members))
@@ -153,6 +169,21 @@ def test_started_learner_is_promoted_before_the_next_member_is_added():
 def test_scale_down_removes_the_highest_ordinal():
     step = plan(observed(3, started(5), healthy(5)))
     assert (step["action"], step["peer"]) == ("remove_member", "c-4")
+
+
+def test_scale_down_removes_every_extra_member_in_one_step_highest_ordinal_first():
+    members = healthy(5)
+    step = plan(observed(3, started(5), members))
+    assert step["members"] == [
+        {"name": "c-4", "member": members[4]},
+        {"name": "c-3", "member": members[3]},
+    ]
+    assert step["message"] == "scaling down from 5 to 3: removing c-4, c-3 one at a time"
+    one = plan(observed(4, started(5), members))
+    assert (one["message"], one["members"]) == (
+        "scaling down from 5 to 4: removing c-4",
+        [{"name": "c-4", "member": members[4]}],
+    )
 
 
 def test_unhealthy_member_blocks_scaling():
@@ -480,11 +511,15 @@ def test_steps_that_start_members_are_observed_once_their_pods_are_ready():
     bootstrap = plan(observed(3, []))
     assert bootstrap["action"] == "bootstrap" and "observe_after" not in bootstrap
     assert bootstrap["wait_ready"] == ["c-0", "c-1", "c-2"]
-    # Scaling 3 -> 5: the last member added is waited for, not the one before it.
-    first = plan(observed(5, started(3), healthy(3)))
-    assert (first["action"], first["peer"], first["wait_ready"]) == ("add_member", "c-3", [])
+    # Scaling 3 -> 5: one step adds both members in turn and waits for both.
+    both = plan(observed(5, started(3), healthy(3)))
+    assert (both["action"], both["peers"], both["wait_ready"]) == (
+        "add_member",
+        ["c-3", "c-4"],
+        ["c-3", "c-4"],
+    )
     last = plan(observed(5, started(4), healthy(4)))
-    assert (last["action"], last["peer"], last["wait_ready"]) == ("add_member", "c-4", ["c-4"])
+    assert (last["action"], last["peers"], last["wait_ready"]) == ("add_member", ["c-4"], ["c-4"])
 
 
 # -- quorum lost: what a person should know and do ------------------------------------------------

@@ -87,8 +87,8 @@ def _args(replicaset) -> dict:
 
 @pytest.mark.parametrize(("client_port", "peer_port"), [(2379, 2380), (12379, 12380)])
 def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_port):
-    add = _task("add_member.yml", "etcd_member")
-    create = _task("add_member.yml", "etcd_peer")
+    add = _task("add_learner.yml", "etcd_member")
+    create = _task("add_learner.yml", "etcd_peer")
     promote = _task("promote.yml", "etcd_member")
     members = ["c-0", "c-1", "c-2", "c-3"]
     settings = {"client_port": client_port, "peer_port": peer_port}
@@ -100,7 +100,8 @@ def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_por
         "etcdcluster_name": "c",
         "etcdcluster_namespace": "ns",
         "etcdcluster_spec": {"replicas": 4, "version": "3.6.16"},
-        "etcdcluster_step": {"action": "add_member", "peer": "c-3"},
+        "etcdcluster_step": {"action": "add_member", "peer": "c-3", "peers": ["c-3"]},
+        "etcdcluster_learner": "c-3",
         # As etcd_cluster_observe reports them: plain members are reached over http.
         "etcdcluster_latest": {
             "peers": [
