@@ -308,7 +308,7 @@ def remove_member(ctx: PlanContext) -> Step | None:
         f"scaling down from {len(ctx.members)} to {ctx.replicas}: {removing}",
         peer=names[0],
         member=ctx.by_peer[names[0]],
-        members=[{"name": name, "member": ctx.by_peer[name]} for name in names],
+        members=[{"name": name, "id": ctx.by_peer[name]["id"]} for name in names],
     )
 
 

@@ -93,7 +93,7 @@ class Step(TypedDict, total=False):
     # add_member: "http" when the new member must serve its peers plain HTTP while peer TLS is
     # turned on (qk_plan_config.new_member_peer_scheme)
     peer_scheme: str
-    # repair_members, defragment, grow_volumes: [{name}]; remove_member: [{name, member}], every
+    # repair_members, defragment, grow_volumes: [{name}]; remove_member: [{name, id}], every
     # member a scale-down removes, in turn (peer and member are the first)
     members: list[dict]
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),

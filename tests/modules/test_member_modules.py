@@ -1,4 +1,6 @@
-"""etcd_peer, etcd_cluster_services and etcd_cluster_observe against a real API server.
+"""etcd_peer, etcd_member_join, etcd_cluster_services and etcd_cluster_observe against a real
+API server (etcd_member_join also against real etcd processes, which the test starts as the
+node agent would start the members' pods).
 
 The local cluster runs what they create (its node agents start the etcd pods); the modules get
 the admin kubeconfig, so every call goes to the API server itself. The pods' image is one the
@@ -9,8 +11,13 @@ objects, the etcd side of a member is covered by the etcd module tests and end t
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    ConnectionProfile,
+    etcd_client,
+)
 from kubehelpers import ROOT, wait_until
 
 # The operator is stopped while these run (no_operator): alone.
@@ -170,6 +177,134 @@ def test_peer_absent_deletes_pods_before_the_data(kube, run_module):
 def test_a_deleted_peer_without_spec_is_left_alone(kube, run_module):
     res = run_peer(run_module, kube, name="never-existed")
     assert not res["failed"] and res["changed"] is False and res["gone"] is True
+
+
+def etcd_members(cluster):
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
+        members, _, _ = client.member_list()
+    return members
+
+
+def initial_cluster_names(kube, name):
+    peer = get(kube, "etcdpeer", name)
+    return [e["name"] for e in peer["spec"]["bootstrap"]["static"]["initialCluster"]]
+
+
+@pytest.mark.parametrize("etcd_version", ["3.6.16"])
+def test_members_join_one_at_a_time_each_started_and_promoted(
+    kube, run_module, etcd_factory, etcd_version
+):
+    cluster = etcd_factory(1, prefix="m-")
+    nodes = [cluster.new_node(f"m-{i}") for i in (1, 2)]
+    args = {
+        "endpoints": cluster.running_endpoints(),
+        "namespace": kube.namespace,
+        "kubeconfig": str(kube.kubeconfig),
+        "members": [f"{node.name}={node.peer_url}" for node in nodes],
+        "spec": peer_spec("m-2", members=("m-0", "m-1", "m-2")),
+        "wait_timeout": 30,
+    }
+    planned = run_module("etcd_member_join", args, check=True)
+    assert not planned["failed"] and planned["changed"], planned.get("msg")
+    assert len(etcd_members(cluster)) == 1 and get(kube, "etcdpeer", "m-1") is None
+
+    with ThreadPoolExecutor(1) as pool:
+        joining = pool.submit(run_module, "etcd_member_join", args)
+        for index, node in enumerate(nodes):
+            # The module adds the learner and creates its EtcdPeer; the test starts its etcd.
+            wait_until(
+                f"{node.name} added as a learner with its EtcdPeer",
+                lambda node=node: (
+                    get(kube, "etcdpeer", node.name) is not None
+                    and [
+                        m["is_learner"]
+                        for m in etcd_members(cluster)
+                        if node.peer_url in m["peer_urls"]
+                    ]
+                    == [True]
+                ),
+                60,
+            )
+            voters = sum(not m["is_learner"] for m in etcd_members(cluster))
+            assert voters == index + 1, "the next member waits for the previous promotion"
+            # Each member starts knowing exactly the members etcd has once it is added.
+            assert initial_cluster_names(kube, node.name) == [f"m-{i}" for i in range(index + 2)]
+            started = [cluster.nodes["m-0"], *nodes[: index + 1]]
+            cluster.join(node.name, ",".join(f"{n.name}={n.peer_url}" for n in started), node)
+        result = joining.result(timeout=120)
+    assert not result["failed"], result.get("msg")
+    assert [(j["name"], j["added"], j["promoted"]) for j in result["joined"]] == [
+        ("m-1", True, True),
+        ("m-2", True, True),
+    ]
+    assert result["joined"][0]["created"] == ["EtcdPeer", "PersistentVolumeClaim", "ReplicaSet"]
+    assert not any(m["is_learner"] for m in etcd_members(cluster))
+    assert len(etcd_members(cluster)) == 3
+
+    again = run_module("etcd_member_join", args)
+    assert not again["failed"] and again["changed"] is False, again
+
+
+@pytest.mark.parametrize("etcd_version", ["3.6.16"])
+def test_a_member_that_never_catches_up_stops_the_join_there(
+    kube, run_module, etcd_factory, etcd_version
+):
+    cluster = etcd_factory(1, prefix="m-")
+    nodes = [cluster.new_node(f"m-{i}") for i in (1, 2)]
+    result = run_module(
+        "etcd_member_join",
+        {
+            "endpoints": cluster.running_endpoints(),
+            "namespace": kube.namespace,
+            "kubeconfig": str(kube.kubeconfig),
+            "members": [f"{node.name}={node.peer_url}" for node in nodes],
+            "spec": peer_spec("m-2", members=("m-0", "m-1", "m-2")),
+            "wait_timeout": 1,
+        },
+    )
+    assert result["failed"] and "cannot promote" in result["msg"] and "m-1" in result["msg"]
+    assert "has not caught up" in result["msg"]
+    assert result["joined"] == [] and "add m-1" in " ".join(result["actions"])
+    # m-1 stays a learner with its objects for the next reconcile to resume; m-2 was not added.
+    assert sorted(m["is_learner"] for m in etcd_members(cluster)) == [False, True]
+    assert get(kube, "etcdpeer", "m-1") is not None and get(kube, "etcdpeer", "m-2") is None
+
+
+@pytest.mark.parametrize("etcd_version", ["3.6.16"])
+def test_members_leave_one_at_a_time_then_their_peers_pods_and_data(
+    kube, run_module, etcd_factory, etcd_version
+):
+    cluster = etcd_factory(3, prefix="m-")
+    for name in ("m-1", "m-2"):
+        created = run_peer(run_module, kube, name=name, spec=peer_spec(name, members=(name,)))
+        assert not created["failed"], created.get("msg")
+    ids = {m["name"]: m["id"] for m in etcd_members(cluster)}
+    args = {
+        "endpoints": cluster.running_endpoints(),
+        "namespace": kube.namespace,
+        "kubeconfig": str(kube.kubeconfig),
+        "members": [{"name": "m-2", "id": ids["m-2"]}, {"name": "m-1", "id": ids["m-1"]}],
+        "wait_timeout": 60,
+    }
+    planned = run_module("etcd_member_leave", args, check=True)
+    assert not planned["failed"] and planned["changed"], planned.get("msg")
+    assert len(etcd_members(cluster)) == 3 and get(kube, "etcdpeer", "m-2") is not None
+
+    result = run_module("etcd_member_leave", args)
+    assert not result["failed"], result.get("msg")
+    assert [(m["name"], m["removed"]) for m in result["left"]] == [("m-2", True), ("m-1", True)]
+    assert result["left"][0]["deleted"] == ["EtcdPeer", "ReplicaSet", "PersistentVolumeClaim"]
+    # m-2 and m-1 no longer answer for etcd: ask the member that stays.
+    cluster.stop("m-2")
+    cluster.stop("m-1")
+    assert [m["name"] for m in etcd_members(cluster)] == ["m-0"]
+    for name in ("m-1", "m-2"):
+        assert get(kube, "etcdpeer", name) is None
+        wait_until(f"{name}'s claim deleted", lambda n=name: get(kube, "pvc", n) is None, 60)
+
+    args["endpoints"] = cluster.running_endpoints()
+    again = run_module("etcd_member_leave", args)
+    assert not again["failed"] and again["changed"] is False, again
 
 
 def test_services_and_annotated_endpoints(kube, run_module):

@@ -175,14 +175,14 @@ def test_scale_down_removes_every_extra_member_in_one_step_highest_ordinal_first
     members = healthy(5)
     step = plan(observed(3, started(5), members))
     assert step["members"] == [
-        {"name": "c-4", "member": members[4]},
-        {"name": "c-3", "member": members[3]},
+        {"name": "c-4", "id": members[4]["id"]},
+        {"name": "c-3", "id": members[3]["id"]},
     ]
     assert step["message"] == "scaling down from 5 to 3: removing c-4, c-3 one at a time"
     one = plan(observed(4, started(5), members))
     assert (one["message"], one["members"]) == (
         "scaling down from 5 to 4: removing c-4",
-        [{"name": "c-4", "member": members[4]}],
+        [{"name": "c-4", "id": members[4]["id"]}],
     )
 
 

@@ -301,3 +301,29 @@ def test_never_ran():
         ]
     )
     assert not never_ran(crashed), "etcd ran, maybe wrote data: not ours to replace"
+
+
+# -- members that join one at a time (etcd_member_join) -------------------------------------------
+
+
+def test_each_joining_member_starts_with_the_initial_cluster_up_to_itself():
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_peer import (
+        parse_members,
+        spec_up_to,
+    )
+
+    hosts = [{"name": f"c-{i}", "host": f"c-{i}.c.ns.svc"} for i in range(5)]
+    last = {"clusterName": "c", "bootstrap": {"static": {"initialCluster": hosts}}}
+    names = ["c-3", "c-4"]
+    first = spec_up_to(last, names, 0)
+    assert [e["name"] for e in first["bootstrap"]["static"]["initialCluster"]] == [
+        "c-0",
+        "c-1",
+        "c-2",
+        "c-3",
+    ]
+    assert spec_up_to(last, names, 1) == last
+    assert len(last["bootstrap"]["static"]["initialCluster"]) == 5  # not changed in place
+    assert parse_members(["c-3=http://c-3.c.ns.svc:2380"]) == [("c-3", "http://c-3.c.ns.svc:2380")]
+    with pytest.raises(ValueError, match="is not <name>=<peer URL>"):
+        parse_members(["c-3"])

@@ -39,8 +39,6 @@ NOT_STEPS = {
     "report",
     "root_password",
     "monitoring",
-    "add_learner",  # one member of add_member
-    "remove_one_member",  # one member of remove_member
 }
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"

@@ -87,8 +87,7 @@ def _args(replicaset) -> dict:
 
 @pytest.mark.parametrize(("client_port", "peer_port"), [(2379, 2380), (12379, 12380)])
 def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_port):
-    add = _task("add_learner.yml", "etcd_member")
-    create = _task("add_learner.yml", "etcd_peer")
+    join = _task("add_member.yml", "etcd_member_join")
     promote = _task("promote.yml", "etcd_member")
     members = ["c-0", "c-1", "c-2", "c-3"]
     settings = {"client_port": client_port, "peer_port": peer_port}
@@ -101,7 +100,6 @@ def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_por
         "etcdcluster_namespace": "ns",
         "etcdcluster_spec": {"replicas": 4, "version": "3.6.16"},
         "etcdcluster_step": {"action": "add_member", "peer": "c-3", "peers": ["c-3"]},
-        "etcdcluster_learner": "c-3",
         # As etcd_cluster_observe reports them: plain members are reached over http.
         "etcdcluster_latest": {
             "peers": [
@@ -113,30 +111,33 @@ def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_por
                     ),
                 }
                 for n in members[:3]
-            ]
+            ],
+            "etcd": {
+                "members": [
+                    {"name": n, "peer_urls": [f"http://{n}.c.ns.svc.cluster.local:{peer_port}"]}
+                    for n in members[:3]
+                ]
+            },
         },
     }
     rendered = _render(
         tmp_path,
         {
-            "added_peer_url": add["etcd_member"]["peer_urls"][0],
+            "joining": join["etcd_member_join"]["members"],
             "promoted_peer_url": promote["etcd_member"]["peer_urls"][0],
             "endpoints": "{{ etcdcluster_endpoints }}",
-            "spec": create["etcd_peer"]["spec"],
-            "settings": create["etcd_peer"]["settings"],
+            "spec": join["etcd_member_join"]["spec"],
+            "settings": join["etcd_member_join"]["settings"],
         },
         extra_vars,
-        {
-            **create.get("vars", {}),
-            "etcdcluster_added": {
-                "initial_cluster": ",".join(
-                    f"{n}=http://{n}.c.ns.svc.cluster.local:{peer_port}" for n in members
-                )
-            },
-        },
+        join.get("vars", {}),
     )
     pod = _args(render_replicaset("c-3", "ns", rendered["spec"], rendered["settings"]))
-    assert rendered["added_peer_url"] == pod["initial-advertise-peer-urls"]
+    assert rendered["joining"] == [f"c-3={pod['initial-advertise-peer-urls']}"]
+    # etcd checks that a joining member knows every member's peer URL as the cluster has it.
+    assert pod["initial-cluster"] == ",".join(
+        f"{n}=http://{n}.c.ns.svc.cluster.local:{peer_port}" for n in members
+    )
     assert rendered["promoted_peer_url"] == pod["initial-advertise-peer-urls"]
     assert pod["initial-advertise-peer-urls"].endswith(f":{peer_port}")
     for name, endpoint in zip(members[:3], rendered["endpoints"], strict=True):

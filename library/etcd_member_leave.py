@@ -1,0 +1,229 @@
+#!/usr/bin/python
+# Copyright: quorumkeeper contributors
+# SPDX-License-Identifier: Apache-2.0
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: etcd_member_leave
+short_description: Remove members from etcd one at a time, then their peers, pods and data
+description:
+  - For each of I(members), in order, what C(etcd_member) C(state=absent) and C(etcd_peer)
+    C(state=absent) do in two module runs, in one process. The member leaves etcd first
+    (leadership moved to a healthy voter first when it leads; refused when the remaining
+    healthy voting members would not keep the quorum), then its EtcdPeer and ReplicaSet are
+    deleted, its pods waited for, and with I(delete_data) its PersistentVolumeClaim deleted.
+  - etcd's quorum is checked again before every removal. The first member that cannot be
+    removed ends the module with an error that names it; the members before it are gone
+    (C(left)).
+  - A member without I(id) is not looked up in etcd (etcd no longer lists it); only its
+    Kubernetes objects are deleted. A member or object already gone is skipped, so running the
+    module again after an interruption resumes.
+  - In check mode nothing changes; what would be done is reported.
+options:
+  members:
+    description: The members to remove, in order.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: The member's name (its EtcdPeer's).
+        type: str
+        required: true
+      id:
+        description: Its member ID in hex, when etcd lists it.
+        type: str
+  namespace:
+    description: Namespace of the EtcdPeers.
+    type: str
+    required: true
+  delete_data:
+    description:
+      - Also delete each member's PersistentVolumeClaim, once its pods are gone. The data of a
+        member removed from etcd can never be used again.
+    type: bool
+    default: true
+  move_leader:
+    description: Move leadership away from a member before removing it.
+    type: bool
+    default: true
+  wait_timeout:
+    description: Seconds to wait for each member's pods to be gone.
+    type: float
+    default: 120
+extends_documentation_fragment:
+  - quorumkeeper.etcd.etcd_connection
+  - quorumkeeper.etcd.etcd_connection.endpoints
+  - quorumkeeper.etcd.kube_client
+  - quorumkeeper.etcd.kube_client.api_version
+requirements: [etcd3aio, PyYAML]
+"""
+
+EXAMPLES = r"""
+- name: Scale my-cluster from 5 to 3 members
+  etcd_member_leave:
+    endpoints: "{{ client_urls }}"
+    namespace: default
+    members:
+      - {name: my-cluster-4, id: 8e9e05c52164694d}
+      - {name: my-cluster-3, id: 91bc3c398fb3c146}
+  register: left
+"""
+
+RETURN = r"""
+left:
+  description: The members removed (or found gone), in order, each with its result.
+  type: list
+  elements: dict
+  returned: always
+  contains:
+    name:
+      description: The member's name.
+      type: str
+    removed:
+      description: Whether this run removed it from etcd.
+      type: bool
+    deleted:
+      description: Kinds deleted (C(EtcdPeer), C(ReplicaSet), C(PersistentVolumeClaim)).
+      type: list
+      elements: str
+    leader_moved_to:
+      description: The member leadership was moved to before the removal, when it was.
+      type: dict
+actions:
+  description: What was done in etcd (or, in check mode, would be done), in order.
+  type: list
+  elements: str
+  returned: always
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
+    CONNECTION_REQUIRED_TOGETHER,
+    connection_argument_spec,
+    etcd_client,
+    profile_from_params,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
+    ETCD3AIO_IMPORT_ERROR,
+    HAS_ETCD3AIO,
+    EtcdOperationError,
+    EtcdUnreachable,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    KUBE_CLIENT_ARGUMENT_SPEC,
+    KubeConfigError,
+    KubeError,
+    operator_clients,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_member_change import Runner
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_peer import Member
+
+
+class Leave:
+    def __init__(self, module, client, cached, direct):
+        self.module, self.client = module, client
+        self.cached, self.direct = cached, direct
+        self.p = module.params
+        self.current = ""  # the member being worked on
+        self.result = {"changed": False, "left": [], "actions": []}
+
+    def fail(self, msg, runner=None):
+        if runner is not None:
+            self.result["actions"] += runner.result["actions"]
+        # etcd names a learner only once it has started: say which member this is.
+        about = f"{self.current}: " if self.current and not msg.startswith(self.current) else ""
+        self.module.fail_json(msg=about + msg, **self.result)
+
+    def leave_etcd(self, name, member_id):
+        params = {
+            **self.p,
+            "name": name,
+            "id": member_id,
+            "peer_urls": [],
+            "state": "absent",
+            "learner": True,
+            "update_peer_urls": False,
+        }
+        runner = Runner(self.module, self.client, params)
+        # Runner.fail ends the module with the runner's own result: add what left before.
+        runner.fail = lambda msg, **extra: self.fail(msg, runner)
+        runner.absent()
+        self.result["actions"] += runner.result["actions"]
+        self.result["changed"] |= runner.result["changed"]
+        return runner.result
+
+    def delete_objects(self, name):
+        params = {**self.p, "name": name, "spec": None, "state": "absent"}
+        try:
+            outcome = Member(self.module, self.cached, self.direct, params).absent()
+        except KubeError as exc:
+            self.fail(f"cannot delete the EtcdPeer, pods and claim of {name}: {exc}")
+        self.result["changed"] |= outcome["changed"]
+        return outcome
+
+    def run(self, members):
+        for wanted in members:
+            name = self.current = wanted["name"]
+            removed = self.leave_etcd(name, wanted["id"]) if wanted.get("id") else {}
+            deleted = self.delete_objects(name)
+            left = {
+                "name": name,
+                "removed": bool(removed.get("changed")),
+                "deleted": deleted["deleted"],
+            }
+            if removed.get("leader_moved_to"):
+                left["leader_moved_to"] = removed["leader_moved_to"]
+            self.result["left"].append(left)
+        return self.result
+
+
+ARGUMENT_SPEC = {
+    **connection_argument_spec(),
+    "members": {
+        "type": "list",
+        "elements": "dict",
+        "required": True,
+        "options": {
+            "name": {"type": "str", "required": True},
+            "id": {"type": "str"},
+        },
+    },
+    "namespace": {"type": "str", "required": True},
+    "delete_data": {"type": "bool", "default": True},
+    "move_leader": {"type": "bool", "default": True},
+    "wait_timeout": {"type": "float", "default": 120},
+    "api_version": {"type": "str", "default": API_VERSION},
+    **KUBE_CLIENT_ARGUMENT_SPEC,
+}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=ARGUMENT_SPEC,
+        supports_check_mode=True,
+        required_together=CONNECTION_REQUIRED_TOGETHER,
+    )
+    if not HAS_ETCD3AIO:
+        module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
+    p = module.params
+    try:
+        client = etcd_client(profile_from_params(p))
+        cached, direct = operator_clients(p)
+    except (ValueError, OSError, KubeConfigError) as exc:
+        module.fail_json(msg=f"invalid options: {exc}")
+    leave = Leave(module, client, cached, direct)
+    try:
+        with client:
+            leave.run(p["members"])
+    except (EtcdUnreachable, EtcdOperationError) as exc:
+        reached = not isinstance(exc, EtcdUnreachable)
+        leave.fail(str(exc) if reached else f"cannot reach etcd: {exc}")
+    module.exit_json(**leave.result)
+
+
+if __name__ == "__main__":
+    main()
