@@ -114,122 +114,18 @@ actions:
   returned: always
 """
 
-import time
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     CONNECTION_REQUIRED_TOGETHER,
     connection_argument_spec,
-    etcd_client,
-    profile_from_params,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
-    ETCD3AIO_IMPORT_ERROR,
-    HAS_ETCD3AIO,
-    EtcdOperationError,
-    EtcdUnreachable,
-)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KUBE_CLIENT_ARGUMENT_SPEC,
-    KubeConfigError,
-    KubeError,
-    operator_clients,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_member_change import Runner
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_peer import (
-    Member,
-    parse_members,
-    spec_up_to,
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_member_sequence import (
+    join_members,
 )
-
-
-class Join:
-    def __init__(self, module, client, cached, direct):
-        self.module, self.client = module, client
-        self.cached, self.direct = cached, direct
-        self.p = module.params
-        self.current = ""  # the member being worked on
-        self.result = {"changed": False, "joined": [], "actions": []}
-
-    def fail(self, msg, runner=None):
-        if runner is not None:
-            self.result["actions"] += runner.result["actions"]
-        # etcd names a learner only once it has started: say which member this is.
-        about = f"{self.current}: " if self.current and not msg.startswith(self.current) else ""
-        self.module.fail_json(msg=about + msg, **self.result)
-
-    def membership(self, name, url, state):
-        params = {
-            **self.p,
-            "name": name,
-            "id": None,
-            "peer_urls": [url],
-            "state": state,
-            "learner": True,
-            "move_leader": False,
-            "update_peer_urls": False,
-        }
-        runner = Runner(self.module, self.client, params)
-        # Runner.fail ends the module with the runner's own result: add what joined before.
-        runner.fail = lambda msg, **extra: self.fail(msg, runner)
-        getattr(runner, state)()
-        self.result["actions"] += runner.result["actions"]
-        self.result["changed"] |= runner.result["changed"]
-        return runner.result
-
-    def objects(self, name, spec):
-        params = {
-            **self.p,
-            "name": name,
-            "spec": spec,
-            "state": "present",
-            "labels": {},
-            "update_image": False,
-            "delete_data": False,
-        }
-        try:
-            outcome = Member(self.module, self.cached, self.direct, params).present()
-        except (KubeError, ValueError) as exc:
-            self.fail(f"cannot create the EtcdPeer, claim and ReplicaSet of {name}: {exc}")
-        if outcome.get("data_lost") or outcome.get("deleting"):
-            why = "its recorded claim is gone" if outcome.get("data_lost") else "it is deleted"
-            self.fail(f"cannot start {name}: its EtcdPeer exists and {why}")
-        self.result["actions"] += [f"create {kind} {name}" for kind in outcome["created"]]
-        self.result["changed"] |= outcome["changed"]
-        return outcome
-
-    def run(self, members, spec):
-        names = [name for name, _ in members]
-        for index, (name, url) in enumerate(members):
-            self.current = name
-            started = time.monotonic()
-            added = self.membership(name, url, "present")
-            added_at = time.monotonic()
-            created = self.objects(name, spec_up_to(spec, names, index))
-            created_at = time.monotonic()
-            if self.module.check_mode and added["changed"]:
-                # Not added, so nothing to promote; the next one would wait for it.
-                promoted = {"changed": False, "member": added.get("member")}
-                self.result["actions"].append(f"promote {name} once it has caught up")
-            else:
-                promoted = self.membership(name, url, "promoted")
-            self.result["joined"].append(
-                {
-                    "name": name,
-                    "added": added["changed"],
-                    "created": created["created"],
-                    "promoted": promoted["changed"],
-                    "member": promoted.get("member") or added.get("member") or {},
-                    "seconds": {
-                        "add": round(added_at - started, 3),
-                        "create": round(created_at - added_at, 3),
-                        "promote": round(time.monotonic() - created_at, 3),
-                    },
-                }
-            )
-        return self.result
-
 
 ARGUMENT_SPEC = {
     **connection_argument_spec(),
@@ -244,28 +140,13 @@ ARGUMENT_SPEC = {
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-        required_together=CONNECTION_REQUIRED_TOGETHER,
+    join_members(
+        AnsibleModule(
+            argument_spec=ARGUMENT_SPEC,
+            supports_check_mode=True,
+            required_together=CONNECTION_REQUIRED_TOGETHER,
+        )
     )
-    if not HAS_ETCD3AIO:
-        module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
-    p = module.params
-    try:
-        members = parse_members(p["members"])
-        client = etcd_client(profile_from_params(p))
-        cached, direct = operator_clients(p)
-    except (ValueError, OSError, KubeConfigError) as exc:
-        module.fail_json(msg=f"invalid options: {exc}")
-    join = Join(module, client, cached, direct)
-    try:
-        with client:
-            join.run(members, p["spec"])
-    except (EtcdUnreachable, EtcdOperationError) as exc:
-        reached = not isinstance(exc, EtcdUnreachable)
-        join.fail(str(exc) if reached else f"cannot reach etcd: {exc}")
-    module.exit_json(**join.result)
 
 
 if __name__ == "__main__":

@@ -99,87 +99,18 @@ actions:
   returned: always
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     CONNECTION_REQUIRED_TOGETHER,
     connection_argument_spec,
-    etcd_client,
-    profile_from_params,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
-    ETCD3AIO_IMPORT_ERROR,
-    HAS_ETCD3AIO,
-    EtcdOperationError,
-    EtcdUnreachable,
-)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KUBE_CLIENT_ARGUMENT_SPEC,
-    KubeConfigError,
-    KubeError,
-    operator_clients,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_member_change import Runner
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_peer import Member
-
-
-class Leave:
-    def __init__(self, module, client, cached, direct):
-        self.module, self.client = module, client
-        self.cached, self.direct = cached, direct
-        self.p = module.params
-        self.current = ""  # the member being worked on
-        self.result = {"changed": False, "left": [], "actions": []}
-
-    def fail(self, msg, runner=None):
-        if runner is not None:
-            self.result["actions"] += runner.result["actions"]
-        # etcd names a learner only once it has started: say which member this is.
-        about = f"{self.current}: " if self.current and not msg.startswith(self.current) else ""
-        self.module.fail_json(msg=about + msg, **self.result)
-
-    def leave_etcd(self, name, member_id):
-        params = {
-            **self.p,
-            "name": name,
-            "id": member_id,
-            "peer_urls": [],
-            "state": "absent",
-            "learner": True,
-            "update_peer_urls": False,
-        }
-        runner = Runner(self.module, self.client, params)
-        # Runner.fail ends the module with the runner's own result: add what left before.
-        runner.fail = lambda msg, **extra: self.fail(msg, runner)
-        runner.absent()
-        self.result["actions"] += runner.result["actions"]
-        self.result["changed"] |= runner.result["changed"]
-        return runner.result
-
-    def delete_objects(self, name):
-        params = {**self.p, "name": name, "spec": None, "state": "absent"}
-        try:
-            outcome = Member(self.module, self.cached, self.direct, params).absent()
-        except KubeError as exc:
-            self.fail(f"cannot delete the EtcdPeer, pods and claim of {name}: {exc}")
-        self.result["changed"] |= outcome["changed"]
-        return outcome
-
-    def run(self, members):
-        for wanted in members:
-            name = self.current = wanted["name"]
-            removed = self.leave_etcd(name, wanted["id"]) if wanted.get("id") else {}
-            deleted = self.delete_objects(name)
-            left = {
-                "name": name,
-                "removed": bool(removed.get("changed")),
-                "deleted": deleted["deleted"],
-            }
-            if removed.get("leader_moved_to"):
-                left["leader_moved_to"] = removed["leader_moved_to"]
-            self.result["left"].append(left)
-        return self.result
-
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_member_sequence import (
+    leave_members,
+)
 
 ARGUMENT_SPEC = {
     **connection_argument_spec(),
@@ -202,27 +133,13 @@ ARGUMENT_SPEC = {
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=ARGUMENT_SPEC,
-        supports_check_mode=True,
-        required_together=CONNECTION_REQUIRED_TOGETHER,
+    leave_members(
+        AnsibleModule(
+            argument_spec=ARGUMENT_SPEC,
+            supports_check_mode=True,
+            required_together=CONNECTION_REQUIRED_TOGETHER,
+        )
     )
-    if not HAS_ETCD3AIO:
-        module.fail_json(msg=missing_required_lib("etcd3aio"), exception=str(ETCD3AIO_IMPORT_ERROR))
-    p = module.params
-    try:
-        client = etcd_client(profile_from_params(p))
-        cached, direct = operator_clients(p)
-    except (ValueError, OSError, KubeConfigError) as exc:
-        module.fail_json(msg=f"invalid options: {exc}")
-    leave = Leave(module, client, cached, direct)
-    try:
-        with client:
-            leave.run(p["members"])
-    except (EtcdUnreachable, EtcdOperationError) as exc:
-        reached = not isinstance(exc, EtcdUnreachable)
-        leave.fail(str(exc) if reached else f"cannot reach etcd: {exc}")
-    module.exit_json(**leave.result)
 
 
 if __name__ == "__main__":
