@@ -7,7 +7,7 @@ the one operator), then the tests marked ``exclusive``, alone, because they stop
 a node for everyone, or measure how fast the status follows a fault. The shared part runs in
 QK_CLUSTER_WORKERS pytest-xdist workers side by side (default 1: on 2 cores the operator's
 reconciles are CPU-bound and 2 workers made that part slower, 45.5 min against about 40, with
-the status-latency tests failing). The
+the status-latency tests failing; with the warm start 35.1 min against 34.0). The
 ``local`` lane runs, at the same time, every other test: modules against real etcd, their own API
 servers and object stores on free ports, unit tests. Which lane a test belongs to is decided by
 tests/conftest.py (a test using the ``local_cluster`` fixture, or marked ``cluster`` or

@@ -354,3 +354,59 @@ def test_the_server_leaves_with_the_process_that_started_it(warm_setup):
     while server_pids(warm_setup["name"]) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not server_pids(warm_setup["name"])
+
+
+WARM_UP_PROBE = """
+import json, os, sys
+sys.path.insert(0, os.environ["SERVER_DIR"])
+import qk_warm_start
+from ansible import constants
+server = qk_warm_start.WarmServer(owner=os.getpid(), log=sys.stderr)
+server.warm_up()
+print(json.dumps({
+    "modules": sorted(m for m in sys.modules if m.startswith("ansible")),
+    "defined": {kind: sorted(constants.config._plugins.get(kind, {}))
+                for kind in ("connection", "shell", "become", "callback", "vars", "cache")},
+    "cold": server.cold_reason or server.modules_cold,
+}))
+"""
+
+
+def test_the_server_loads_the_plugins_every_run_loads_except_ansible_runners_callback(tmp_path):
+    """What ansible's executor loads before a run's first task is in the server already (their
+    sources executed, their settings defined), so that a forked run finds it; ansible-runner's
+    callback, which reads the run's directory when imported, is not."""
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_HOME=str(tmp_path / "home"),
+        ANSIBLE_LOCAL_TEMP=str(tmp_path / "tmp"),
+        SERVER_DIR=str(REPO / "plugins" / "module_utils"),
+    )
+    probe = subprocess.run(
+        [sys.executable, "-c", WARM_UP_PROBE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert probe.returncode == 0, probe.stderr
+    loaded = json.loads(probe.stdout.splitlines()[-1])
+    assert not loaded["cold"]
+    modules = set(loaded["modules"])
+    for plugin in (
+        "ansible.plugins.connection.local",
+        "ansible.plugins.connection.ssh",
+        "ansible.plugins.shell.sh",
+        "ansible.plugins.become.sudo",
+        "ansible.plugins.callback.default",
+        "ansible.plugins.vars.host_group_vars",
+        "ansible.plugins.cache.memory",
+        "ansible_collections.ansible.builtin.plugins.lookup.env",
+        "ansible.plugins.strategy.linear",
+        "ansible_collections.quorumkeeper.etcd.plugins.strategy.linear_inline",
+    ):
+        assert plugin in modules, plugin
+    assert not [m for m in modules if "awx_display" in m]
+    assert "ssh" in loaded["defined"]["connection"] and "default" in loaded["defined"]["callback"]

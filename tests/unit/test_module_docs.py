@@ -136,3 +136,29 @@ def test_the_documented_options_are_the_argument_spec(ansible_doc, name):
     documented = ((read_docs(ansible_doc).get(name) or {}).get("doc") or {}).get("options") or {}
     problems = option_mismatches(documented, argument_spec(name))
     assert not problems, f"{name}:\n  " + "\n  ".join(problems)
+
+
+def test_the_strategy_documentation_parses(tmp_path):
+    # The playbooks' strategy (plugins/strategy) is documented like the modules.
+    strategies = sorted(p.stem for p in (REPO / "plugins" / "strategy").glob("*.py"))
+    assert strategies
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_HOME=str(tmp_path),
+        ANSIBLE_NOCOLOR="1",
+    )
+    names = [f"quorumkeeper.etcd.{name}" for name in strategies]
+    proc = subprocess.run(
+        [ansible_doc_command(), "-t", "strategy", "--json", *names],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=str(REPO),
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    docs = json.loads(proc.stdout)
+    for name in names:
+        doc = docs[name]["doc"]
+        assert doc["short_description"] and doc["description"], name

@@ -1,0 +1,220 @@
+"""The playbooks' strategy (plugins/strategy/linear_inline.py) against ansible.builtin.linear:
+one playbook run through ansible-runner with each, as ansible-operator runs ours. Every event
+ansible-operator and the callbacks see (which task, ok/skipped/failed, the result, registered
+variables printed back, what an include loaded) must be the same, and a task its condition skips
+and an include must have been decided by the playbook process itself, not a forked worker (a
+test plugin records which process evaluated their conditions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import ansible_runner
+import pytest
+from ansibleenv import REPO
+
+RECORDING_TEST = '''
+import os
+
+
+def recorded_false(label, where):
+    """False, after writing which process evaluated it (the condition of the task ``label``)."""
+    with open(os.path.join(where, label), "w") as out:
+        out.write(str(os.getpid()))
+    return False
+
+
+class TestModule:
+    def tests(self):
+        return {"recorded_false": recorded_false}
+'''
+
+TASKS = """
+- name: Skipped by its condition, registered
+  ansible.builtin.command: echo never
+  register: skipped_command
+  when: "'skipped' is recorded_false(record_dir)"
+
+- name: Print what was registered for the skipped task
+  ansible.builtin.debug:
+    var: skipped_command
+
+- name: Skipped by the second of two conditions
+  ansible.builtin.set_fact:
+    never_set: true
+  when:
+    - true
+    - "'second' is recorded_false(record_dir)"
+
+- name: Runs, its condition true
+  ansible.builtin.set_fact:
+    ran: "{{ 41 + 1 }}"
+  when: inventory_hostname == 'localhost'
+
+- name: A block its condition skips
+  when: ran | int != 42
+  block:
+    - name: Inside the skipped block
+      ansible.builtin.debug:
+        msg: never
+
+- name: An include its condition skips
+  ansible.builtin.include_tasks: never.yml
+  when: ran | int != 42
+
+- name: An include whose file is templated, its condition true
+  ansible.builtin.include_tasks: "{{ 'included' }}.yml"
+  vars:
+    included_value: "{{ ran }}"
+  when: "not ('include' is recorded_false(record_dir))"
+
+- name: An include of a role
+  ansible.builtin.include_role:
+    name: probe_role
+  when: ran | int == 42
+
+- name: A loop whose items are skipped (left to a worker)
+  ansible.builtin.debug:
+    msg: "{{ item }}"
+  loop: [1, 2]
+  when: item > 5
+
+- name: A secret task skipped
+  ansible.builtin.debug:
+    msg: secret
+  no_log: true
+  when: ran | int != 42
+
+- name: A condition that fails to evaluate (left to a worker)
+  ansible.builtin.debug:
+    msg: never
+  when: not_defined_anywhere.attribute
+  ignore_errors: true
+
+- name: A condition on a registered skipped result
+  ansible.builtin.debug:
+    msg: "the command was skipped: {{ skipped_command.skip_reason }}"
+  when: skipped_command is skipped
+"""
+
+
+def playbook(strategy: str) -> str:
+    return f"""---
+- name: Strategy probe
+  hosts: localhost
+  gather_facts: false
+  strategy: {strategy}
+  tasks:
+    - name: Probe the tasks
+      ansible.builtin.include_tasks: tasks.yml
+"""
+
+
+def run(tmp_path: Path, strategy: str):
+    """One run; the project (and so every path an error message names) is the same for both."""
+    project = tmp_path / "project"
+    if not project.exists():
+        (project / "test_plugins").mkdir(parents=True)
+        (project / "test_plugins" / "recording.py").write_text(RECORDING_TEST)
+        (project / "tasks.yml").write_text(TASKS)
+        (project / "never.yml").write_text("- name: Never\n  ansible.builtin.debug:\n    msg: x\n")
+        (project / "included.yml").write_text(
+            "- name: Included\n  ansible.builtin.debug:\n    msg: 'included {{ included_value }}'\n"
+        )
+        (project / "roles" / "probe_role" / "tasks").mkdir(parents=True)
+        (project / "roles" / "probe_role" / "tasks" / "main.yml").write_text(
+            "- name: In the role\n  ansible.builtin.debug:\n    msg: in the role\n"
+        )
+    (project / "probe.yml").write_text(playbook(strategy))
+    base = tmp_path / strategy.replace(".", "_")
+    records = base / "records"
+    records.mkdir(parents=True)
+    (base / "inventory").mkdir()
+    (base / "inventory" / "hosts").write_text(
+        "localhost ansible_connection=local ansible_python_interpreter={{ansible_playbook_python}}"
+    )
+    runner = ansible_runner.run(
+        private_data_dir=str(base),
+        project_dir=str(project),
+        playbook="probe.yml",
+        extravars={"record_dir": str(records)},
+        envvars={
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_TEST_PLUGINS": str(project / "test_plugins"),
+            "ANSIBLE_HOME": str(base / "home"),
+        },
+        quiet=True,
+    )
+    events = list(runner.events)
+    playbook_pid = next(e["pid"] for e in events if e["event"] == "playbook_on_start")
+    decided_by = {p.name: int(p.read_text()) for p in records.iterdir()}
+    return runner.rc, events, playbook_pid, decided_by
+
+
+def task_events(events) -> list[tuple]:
+    """Each task's events: what, which task, and the result without what differs between runs."""
+    varying = {"start", "end", "delta", "invocation"}
+    seen = []
+    for event in events:
+        data = event.get("event_data", {})
+        if not event["event"].startswith(("runner_on_", "runner_item_", "playbook_on_task")):
+            continue
+        result = {k: v for k, v in (data.get("res") or {}).items() if k not in varying}
+        seen.append(
+            (
+                event["event"],
+                data.get("task"),
+                data.get("task_action"),
+                json.dumps(result, sort_keys=True),
+            )
+        )
+    return seen
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("strategies")
+    with pytest.MonkeyPatch.context() as patch:
+        # ansible-runner runs ansible-playbook by name: this interpreter's.
+        patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
+        return {
+            "linear": run(tmp, "ansible.builtin.linear"),
+            "inline": run(tmp, "quorumkeeper.etcd.linear_inline"),
+        }
+
+
+def test_every_event_is_the_one_linear_sends(both):
+    linear_rc, linear_events, _, _ = both["linear"]
+    inline_rc, inline_events, _, _ = both["inline"]
+    assert linear_rc == inline_rc == 0
+    linear, inline = task_events(linear_events), task_events(inline_events)
+    assert inline == linear
+    # The probe covered what it means to: skips decided by either, a registered skip read back,
+    # a secret task, an ignored failure, a loop's skipped items.
+    kinds = {(event, task) for event, task, *_ in inline}
+    assert ("runner_on_skipped", "Skipped by its condition, registered") in kinds
+    assert ("runner_on_ok", "A condition on a registered skipped result") in kinds
+    assert ("runner_on_failed", "A condition that fails to evaluate (left to a worker)") in kinds
+    assert ("runner_item_on_skipped", "A loop whose items are skipped (left to a worker)") in kinds
+    assert ("runner_on_skipped", "A secret task skipped") in kinds
+    assert ("runner_on_ok", "Included") in kinds
+    assert ("runner_on_ok", "In the role") in kinds
+    printed = next(
+        result
+        for event, task, _, result in inline
+        if task == "Print what was registered for the skipped task" and event == "runner_on_ok"
+    )
+    assert '"skipped": true' in printed and "Conditional result was False" in printed
+
+
+def test_skipped_tasks_and_includes_are_decided_without_a_worker(both):
+    _, _, linear_pid, linear_decided = both["linear"]
+    _, _, inline_pid, inline_decided = both["inline"]
+    assert set(linear_decided) == set(inline_decided) == {"skipped", "second", "include"}
+    # ansible.builtin.linear forks a worker for every task; ours decides skips and includes in
+    # the playbook process.
+    assert all(pid != linear_pid for pid in linear_decided.values())
+    assert all(pid == inline_pid for pid in inline_decided.values()), (inline_pid, inline_decided)
