@@ -422,7 +422,17 @@ def test_watches():
         (play,) = yaml.safe_load((ROOT / w["playbook"]).read_text())
         assert play["hosts"] == "localhost" and play["gather_facts"] is False
         assert play["roles"] == [role]
-        assert set(play) <= {"name", "hosts", "gather_facts", "vars", "module_defaults", "roles"}
+        assert set(play) <= {
+            "name",
+            "hosts",
+            "gather_facts",
+            "strategy",
+            "vars",
+            "module_defaults",
+            "roles",
+        }
+        # Skipped tasks and includes without a worker (plugins/strategy/linear_inline.py).
+        assert play["strategy"] == "quorumkeeper.etcd.linear_inline"
         # Modules run in the operator's warm interpreter (QK_MODULE_PYTHON, the image's
         # bin/module-python), else in ansible-playbook's own: nothing else is set per play.
         assert set(play.get("vars") or {}) == {"ansible_python_interpreter"}

@@ -1,5 +1,6 @@
 """The playbooks' strategy (plugins/strategy/linear_inline.py) against ansible.builtin.linear:
-one playbook run through ansible-runner with each, as ansible-operator runs ours. Every event
+one playbook run by the ansible-runner command with each, as ansible-operator runs ours (in a
+process of its own: ansible-runner installs signal handlers where it runs). Every event
 ansible-operator and the callbacks see (which task, ok/skipped/failed, the result, registered
 variables printed back, what an include loaded) must be the same, and a task its condition skips
 and an include must have been decided by the playbook process itself, not a forked worker (a
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
-import ansible_runner
 import pytest
 from ansibleenv import REPO
 
@@ -101,12 +102,14 @@ TASKS = """
 """
 
 
-def playbook(strategy: str) -> str:
+def playbook(strategy: str, records: Path) -> str:
     return f"""---
 - name: Strategy probe
   hosts: localhost
   gather_facts: false
   strategy: {strategy}
+  vars:
+    record_dir: {records}
   tasks:
     - name: Probe the tasks
       ansible.builtin.include_tasks: tasks.yml
@@ -114,7 +117,8 @@ def playbook(strategy: str) -> str:
 
 
 def run(tmp_path: Path, strategy: str):
-    """One run; the project (and so every path an error message names) is the same for both."""
+    """One run, with its own ident in one private data directory: the project (and so every
+    path an error message names) is the same for both strategies."""
     project = tmp_path / "project"
     if not project.exists():
         (project / "test_plugins").mkdir(parents=True)
@@ -128,30 +132,39 @@ def run(tmp_path: Path, strategy: str):
         (project / "roles" / "probe_role" / "tasks" / "main.yml").write_text(
             "- name: In the role\n  ansible.builtin.debug:\n    msg: in the role\n"
         )
-    (project / "probe.yml").write_text(playbook(strategy))
-    base = tmp_path / strategy.replace(".", "_")
-    records = base / "records"
+        (tmp_path / "inventory").mkdir()
+        (tmp_path / "inventory" / "hosts").write_text(
+            "localhost ansible_connection=local "
+            "ansible_python_interpreter={{ansible_playbook_python}}"
+        )
+    ident = strategy.replace(".", "_")
+    records = tmp_path / "records" / ident
     records.mkdir(parents=True)
-    (base / "inventory").mkdir()
-    (base / "inventory" / "hosts").write_text(
-        "localhost ansible_connection=local ansible_python_interpreter={{ansible_playbook_python}}"
+    (project / f"{ident}.yml").write_text(playbook(strategy, records))
+    venv = Path(sys.executable).parent
+    env = dict(
+        os.environ,
+        # ansible-runner runs ansible-playbook by name: this interpreter's.
+        PATH=f"{venv}{os.pathsep}{os.environ['PATH']}",
+        ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+        ANSIBLE_TEST_PLUGINS=str(project / "test_plugins"),
+        ANSIBLE_HOME=str(tmp_path / "home"),
     )
-    runner = ansible_runner.run(
-        private_data_dir=str(base),
-        project_dir=str(project),
-        playbook="probe.yml",
-        extravars={"record_dir": str(records)},
-        envvars={
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_TEST_PLUGINS": str(project / "test_plugins"),
-            "ANSIBLE_HOME": str(base / "home"),
-        },
-        quiet=True,
+    done = subprocess.run(
+        [str(venv / "ansible-runner"), "run", str(tmp_path), "-p", f"{ident}.yml", "-i", ident],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    events = list(runner.events)
+    job_events = tmp_path / "artifacts" / ident / "job_events"
+    events = sorted(
+        (json.loads(f.read_text()) for f in job_events.glob("*.json")),
+        key=lambda event: event["counter"],
+    )
     playbook_pid = next(e["pid"] for e in events if e["event"] == "playbook_on_start")
     decided_by = {p.name: int(p.read_text()) for p in records.iterdir()}
-    return runner.rc, events, playbook_pid, decided_by
+    return done.returncode, events, playbook_pid, decided_by
 
 
 def task_events(events) -> list[tuple]:
@@ -177,13 +190,10 @@ def task_events(events) -> list[tuple]:
 @pytest.fixture(scope="module")
 def both(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("strategies")
-    with pytest.MonkeyPatch.context() as patch:
-        # ansible-runner runs ansible-playbook by name: this interpreter's.
-        patch.setenv("PATH", f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}")
-        return {
-            "linear": run(tmp, "ansible.builtin.linear"),
-            "inline": run(tmp, "quorumkeeper.etcd.linear_inline"),
-        }
+    return {
+        "linear": run(tmp, "ansible.builtin.linear"),
+        "inline": run(tmp, "quorumkeeper.etcd.linear_inline"),
+    }
 
 
 def test_every_event_is_the_one_linear_sends(both):
