@@ -23,6 +23,9 @@ description:
     goes to a worker as in C(ansible.builtin.linear), which evaluates it again and reports what
     it finds. Evaluating changes nothing, since the task's variables and connection settings
     are evaluated on copies, as the worker does on its own.
+  - A task of any other kind whose condition holds has it evaluated twice, here and in its
+    worker, which costs what evaluating it costs (a few ms for the operator's conditions); the
+    operator's roles skip far more tasks than they run with a condition.
 author: quorumkeeper contributors
 version_added: 0.1.0
 """
