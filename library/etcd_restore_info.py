@@ -31,6 +31,21 @@ options:
     description: Lines of a failed restore container's log to put in the step's message.
     type: int
     default: 10
+  wait_seconds:
+    description:
+      - When the step is to wait for the restore pods (C(RestoringVolumes)) or for the restored
+        cluster to be Available (C(WaitingForCluster)), read those again every
+        I(wait_interval) seconds for up to this long, and return as soon as the step changes
+        (then from a whole new observation), instead of waiting for a requeue.
+      - Neither pods finishing nor a cluster becoming Available wakes an EtcdRestore; the step
+        after them starts within I(wait_interval) rather than a requeue period later.
+      - C(0) returns at once.
+    type: float
+    default: 0
+  wait_interval:
+    description: Seconds between two reads while waiting (one API request each).
+    type: float
+    default: 0.25
 requirements: [PyYAML]
 """
 
@@ -116,6 +131,10 @@ step:
     - The next step, C({action, phase, reason, message, requeue, ...}); see qk_restore.
   type: dict
   returned: always
+waited:
+  description: Seconds spent waiting for the step to change (see I(wait_seconds)).
+  type: float
+  returned: always
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -135,6 +154,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_obser
     summarize_cluster,
     summarize_restore_pod,
     target_claims,
+    wait_for_next_step,
 )
 
 
@@ -176,7 +196,6 @@ def observe(client, name, namespace, log_lines):
     backup = client.get(API_VERSION, "EtcdBackup", backup_name, namespace) if backup_name else None
     cluster = client.get(API_VERSION, "EtcdCluster", cluster_name, namespace)
     claims = client.list("v1", "PersistentVolumeClaim", namespace)
-    pods = client.list("v1", "Pod", namespace, label_selector=f"{RESTORE_KEY}={meta['uid']}")
     failed = next(
         (
             c
@@ -203,19 +222,47 @@ def observe(client, name, namespace, log_lines):
         "source": resolve_source(restore, backup),
         "cluster": summarize_cluster(cluster),
         "pvcs": target_claims(claims, cluster_name),
-        "pods": sorted(
-            (summarize_restore_pod(p, failed_log(client, p, log_lines)) for p in pods),
-            key=lambda p: p["name"],
-        ),
+        "pods": restore_pods(client, namespace, meta["uid"], log_lines),
     }
     observed["step"] = plan_restore(observed)
     return observed
+
+
+def restore_pods(client, namespace, uid, log_lines):
+    pods = client.list("v1", "Pod", namespace, label_selector=f"{RESTORE_KEY}={uid}")
+    return sorted(
+        (summarize_restore_pod(p, failed_log(client, p, log_lines)) for p in pods),
+        key=lambda p: p["name"],
+    )
+
+
+def wait(client, observed, log_lines, seconds, interval):
+    """``wait_for_next_step`` with the API server: the restore pods, or the target cluster, read
+    again; the whole restore observed again once the step changes."""
+    namespace = observed.get("namespace")
+
+    def read(what):
+        if what == "pods":
+            return restore_pods(client, namespace, observed["uid"], log_lines)
+        return summarize_cluster(
+            client.get(API_VERSION, "EtcdCluster", observed["cluster_name"], namespace)
+        )
+
+    return wait_for_next_step(
+        observed,
+        read,
+        lambda: observe(client, observed["name"], namespace, log_lines),
+        seconds,
+        interval,
+    )
 
 
 ARGUMENT_SPEC = {
     "name": {"type": "str", "required": True},
     "namespace": {"type": "str", "required": True},
     "log_lines": {"type": "int", "default": 10},
+    "wait_seconds": {"type": "float", "default": 0},
+    "wait_interval": {"type": "float", "default": 0.25},
 }
 
 
@@ -223,10 +270,12 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
-        result = observe(direct_client(), p["name"], p["namespace"], p["log_lines"])
+        client = direct_client()
+        result = observe(client, p["name"], p["namespace"], p["log_lines"])
+        result, waited = wait(client, result, p["log_lines"], p["wait_seconds"], p["wait_interval"])
     except (KubeError, KubeConfigError) as exc:
         module.fail_json(msg=f"cannot observe EtcdRestore {p['namespace']}/{p['name']}: {exc}")
-    module.exit_json(changed=False, **result)
+    module.exit_json(changed=False, waited=waited, **result)
 
 
 if __name__ == "__main__":

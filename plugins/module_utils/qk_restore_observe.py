@@ -7,12 +7,15 @@ not found bad, or spec.source.objectURL; the URL and SHA-256 recorded once resto
 ``summarize_cluster`` the target EtcdCluster and whether this restore made it;
 ``target_claims`` the PVCs its members use or would take; ``summarize_restore_pod`` a restore
 pod's phase, step and failure (with its log tail). Pure functions, unit tested in
-tests/unit/test_restore_plan.py.
+tests/unit/test_restore_plan.py; and ``wait_for_next_step``, which waits in one reconcile for
+what would wake no EtcdRestore (its pods finishing, its cluster becoming Available), with the
+reads given to it (tests/unit/test_restore_wait.py).
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import CLUSTER_LABEL
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
@@ -28,6 +31,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore impor
     RECOVERY_KEY,
     RESTORE_KEY,
     RESTORE_PEER_LABEL,
+    plan_restore,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import RETRYABLE_REASONS
 
@@ -187,3 +191,32 @@ def summarize_restore_pod(pod, log_tail=None):
         "failure": failure,
         "deleting": bool(meta.get("deletionTimestamp")),
     }
+
+
+# What a step waits on that no event reports to the EtcdRestore, by the step's reason.
+AWAITED = {"RestoringVolumes": "pods", "WaitingForCluster": "cluster"}
+
+
+def wait_for_next_step(observed, read, observe_again, seconds, interval, clock=time.monotonic):
+    """``(observed, seconds waited)``: the observation to act on after waiting up to
+    ``seconds`` for its step to change.
+
+    Only a step that waits on something that wakes nobody is waited on: the restore pods
+    finishing (``read("pods")``: their summaries) or the restored cluster becoming Available
+    (``read("cluster")``: ``summarize_cluster``). That one thing is read every ``interval``
+    seconds and the restore planned again with it; once the step would change, the whole
+    restore is observed again (``observe_again()``), so that the step taken comes from one
+    current observation, not from a mix of old and new."""
+    step = observed["step"]
+    awaited = AWAITED.get(step["reason"]) if step["action"] == "wait" else None
+    if seconds <= 0 or awaited is None or step["requeue"] != "poll":
+        return observed, 0.0
+    started = clock()
+    current = dict(observed)
+    while clock() - started < seconds:
+        time.sleep(max(min(interval, seconds - (clock() - started)), 0))
+        current[awaited] = read(awaited)
+        following = plan_restore(current)
+        if (following["action"], following["reason"]) != (step["action"], step["reason"]):
+            return observe_again(), round(clock() - started, 2)
+    return observed, round(clock() - started, 2)

@@ -327,14 +327,18 @@ def judge(snapshot, served, recorded_revision, recorded_keys=None, keys_at_recor
     ``snapshot``: parse_snapshot_status; ``served``: ``{"revision", "keys"}`` of the restored
     etcd now; ``recorded_*``: status.revision/keys at backup time; ``keys_at_recorded``: the
     restored etcd's key count at the recorded revision (None when it could not be read, e.g.
-    compacted). None when all agree, else a failure."""
-    if served["revision"] != snapshot["revision"]:
+    compacted). None when all agree, else a failure.
+
+    A snapshot of a cluster no key was ever written to says revision 0 (etcd reads the revision
+    from its last key), and etcd serves such a store at revision 1, where every store starts."""
+    revision = max(snapshot["revision"], 1)
+    if served["revision"] != revision:
         return failure(
             "RevisionMismatch",
             f"the restored etcd serves revision {served['revision']}, the snapshot says "
             f"{snapshot['revision']}; {NEW_BACKUP}",
         )
-    if recorded_revision is not None and snapshot["revision"] < recorded_revision:
+    if recorded_revision is not None and revision < recorded_revision:
         return failure(
             "RevisionMismatch",
             f"the snapshot holds revision {snapshot['revision']}, older than revision "

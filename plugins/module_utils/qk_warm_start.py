@@ -370,6 +370,7 @@ class ForkedPlaybook:
             os.dup2(write_end, 2)
             os.close(null)
             os.close(write_end)
+            name_process("ansible-playbook")
             run_playbook([command, *args], cwd, env, warm_configuration or {}, ansiballz_cache)
         os.close(write_end)
         self.pid = pid
@@ -531,6 +532,26 @@ def import_module_side() -> int:
         if name not in skipped:
             importlib.import_module(f"{package}.{name}")
     return len(names) - len(skipped & set(names))
+
+
+def module_name(argv: list[str]) -> str:
+    """The module an AnsiballZ command line runs: ``etcd_snapshot`` for
+    ``[python, .../AnsiballZ_etcd_snapshot.py]``; ``module`` when it is not one."""
+    script = os.path.basename(argv[1]) if len(argv) > 1 else ""
+    if script.startswith("AnsiballZ_") and script.endswith(".py"):
+        return script[len("AnsiballZ_") : -len(".py")]
+    return "module"
+
+
+def name_process(name: str) -> None:
+    """Name the forked child after what it runs (its command line stays the server's): ``ps
+    -o comm``, ``top`` and the benchmarks' memory samplers tell a module's process from the
+    server's by it. The kernel keeps the first 15 bytes."""
+    with (
+        contextlib.suppress(OSError),
+        open("/proc/self/comm", "w", encoding="ascii", errors="replace") as comm,
+    ):
+        comm.write(name[:15])
 
 
 def run_module_script(argv: list[str]) -> int:
@@ -841,8 +862,10 @@ class WarmServer:
             os.environ.update(request["env"])
             os.environ[SERVER_VARIABLE] = str(self.pid)
             if request["kind"] == "module":
+                name_process(module_name(request["argv"]))
                 code = run_module_script(request["argv"])
             else:
+                name_process("ansible-runner")
                 code = run_runner(request["argv"], self.warm_configuration, self.ansiballz_cache)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -230,6 +230,44 @@ def test_refusals_touch_nothing(etcd_cluster, s3, s3_port):
     assert kube.get(RESTORES, "corrupt", ns)["status"]["phase"] == "Failed"
 
 
+def test_a_backup_changed_in_the_store_is_found_by_the_restore_pods(
+    etcd_cluster, cluster_named, s3, s3_port
+):
+    """From a backupName the operator only looks the object up; the restore pods check its
+    bytes against the backup's SHA-256 and fail the restore, and what it created goes."""
+    kube, ns = etcd_cluster.kube, etcd_cluster.namespace
+    kube.apply(credentials_secret(), namespace=ns)
+    source = cluster_named("src")
+    source.create(1)
+    source.wait_available(1)
+    backup = backup_of(source, "src", s3_port)
+
+    def verified():
+        status = kube.get("etcdbackups.etcd.quorumkeeper.dev", "src", ns).get("status") or {}
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        return conditions.get("Verified", {}).get("status") == "True" and status
+
+    # Verified first: a verification that read the changed object would refuse the restore.
+    wait_until("the backup verified", verified, 180)
+    # Other bytes under the backup's key, without the SHA-256 recorded with the original.
+    s3.put_object(Bucket=BUCKET, Key=f"{ns}/src.db", Body=b"changed in the store" * 512)
+    template = source.manifest(1)["spec"]
+    kube.apply(restore("changed", "changed", template, {"backupName": "src"}), namespace=ns)
+    failed = failed_condition(wait_restore(kube, ns, "changed", "Failed", timeout=180))
+    assert failed["reason"] == "SnapshotHashMismatch", failed
+    assert backup["sha256"] in failed["message"] and "-c fetch" in failed["message"], failed
+    assert not kube.exists(CLUSTERS, "changed", ns)
+    wait_until(
+        "the restore's PVC deleted",
+        lambda: all(
+            c["metadata"].get("deletionTimestamp")
+            for c in kube.get("pvc", namespace=ns)["items"]
+            if c["metadata"]["name"] == "changed-0"
+        ),
+        60,
+    )
+
+
 # Kills the operator every other test relies on.
 @pytest.mark.exclusive
 def test_operator_killed_mid_restore_converges(etcd_cluster, cluster_named, s3, s3_port):

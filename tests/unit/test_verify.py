@@ -212,6 +212,13 @@ def test_judge_accepts_what_the_backup_recorded():
     assert judge(SNAP, {"revision": 30, "keys": 25}, 21, 20, None) is None
 
 
+def test_judge_accepts_the_snapshot_of_a_cluster_never_written_to():
+    # etcd 3.6's snapshot status of such a store says revision 0; a restored etcd serves 1.
+    empty = {**SNAP, "revision": 0, "totalKey": 0}
+    assert judge(empty, {"revision": 1, "keys": 0}, 1, 0, 0) is None
+    assert judge(empty, {"revision": 2, "keys": 0}, 1, 0, 0)["reason"] == "RevisionMismatch"
+
+
 def test_judge_refuses_other_revisions_and_key_counts():
     served = judge(SNAP, {"revision": 29, "keys": 25}, 21, 20, 20)
     assert served["reason"] == "RevisionMismatch" and "29" in served["message"]

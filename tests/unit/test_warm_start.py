@@ -19,6 +19,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start im
     configuration_differences,
     encode_request,
     exit_code,
+    module_name,
+    name_process,
     receive_request,
     template_cache_key,
 )
@@ -222,4 +224,39 @@ def test_the_last_wait_for_output_ends_when_the_playbook_is_reaped_though_the_pi
         assert running.expect([pexpect.EOF, pexpect.TIMEOUT], timeout=0.1) == 1
     finally:
         os.close(held)
+        os.close(read_end)
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (["/usr/bin/python3", "/root/.ansible/tmp/t/AnsiballZ_etcd_snapshot.py"], "etcd_snapshot"),
+        (["python3", "AnsiballZ_etcd_cluster_observe.py", "x"], "etcd_cluster_observe"),
+        (["python3", "/tmp/script.py"], "module"),
+        (["python3"], "module"),
+    ],
+)
+def test_a_module_is_named_after_its_ansiballz_script(argv, name):
+    assert module_name(argv) == name
+
+
+def test_a_forked_child_is_named_after_what_it_runs():
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        name_process("etcd_cluster_observe")
+        os.write(write_end, b"named")
+        signal.pause()  # until the parent has looked, and kills it
+        os._exit(0)
+    try:
+        os.close(write_end)
+        assert os.read(read_end, 5) == b"named"
+        with open(f"/proc/{pid}/comm", encoding="ascii") as comm:
+            # The kernel keeps 15 bytes; the parent keeps its own name.
+            assert comm.read().strip() == "etcd_cluster_ob"
+        with open("/proc/self/comm", encoding="ascii") as comm:
+            assert comm.read().strip() != "etcd_cluster_ob"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
         os.close(read_end)
