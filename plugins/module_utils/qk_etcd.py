@@ -5,7 +5,8 @@
 Built only by ``qk_connection.etcd_client(profile)``. Its session (qk_etcd_session) holds the
 event loop, one gRPC channel per endpoint and the credentials; here are the calls, each with the
 profile's per-call timeout: the member list (asked of every endpoint at once, the first answer
-wins), each member's status, ``cluster_info`` (members with health, leader and quorum), member
+wins, and an endpoint not connected within CONNECT_SECONDS is given up), each member's status,
+``cluster_info`` (members with health, leader and quorum), member
 changes, MoveLeader, alarms, keys, and snapshots streamed as they arrive. Multi-endpoint calls
 try each endpoint in turn. What their failures mean is in qk_etcd_errors, the decisions taken on
 what they return in qk_etcd_members.
@@ -25,6 +26,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors i
     EtcdOperationError,
     EtcdUnreachable,
     NoLeader,
+    NotConnected,
     credentials_refused,
     describe_error,
     etcd_error_detail,
@@ -38,6 +40,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_session import EtcdSession
 
 if HAS_ETCD3AIO:
+    import grpc
     from etcd3aio.auth import AuthService
     from etcd3aio.maintenance import MaintenanceService
 
@@ -61,6 +64,15 @@ _NO_ANSWER_YET = object()
 # a leader (none: the list is given up for a serializable one): longer than an election takes
 # (etcd's default election timeout is 1 s).
 LEADERLESS_GRACE_SECONDS = 2.0
+# How long the member list waits for a connection to an endpoint before it counts as not
+# answering, rather than the call's whole timeout (5 s, twice: linearizable, then serializable;
+# when no member connects, an observation took 12 s). A member cut off the network never
+# connects; a live one connects in milliseconds, however busy etcd is, since the TCP and TLS
+# handshakes do not wait for etcd's own work. Only the member list: any endpoint's answer will
+# do there. A member's status is its health, and a new member's DNS name can take seconds to
+# resolve: given up after 1.5 s, a member just added looked down to the observations of a
+# scale-up for 20-30 s (measured), so statuses keep the whole timeout.
+CONNECT_SECONDS = 1.5
 
 # etcdserverpb.AlarmType
 ALARM_NAMES = {0: "NONE", 1: "NOSPACE", 2: "CORRUPT"}
@@ -103,6 +115,22 @@ class EtcdClient(EtcdSession):
             "is_learner": bool(m.isLearner),
         }
 
+    async def _unless_unconnected(self, endpoint, coro, seconds=CONNECT_SECONDS):
+        """``coro``'s outcome; but if it is still running after ``seconds`` and the channel to
+        ``endpoint`` has not connected, ``NotConnected`` at once instead of its timeout."""
+        call = asyncio.ensure_future(coro)
+        try:
+            done, _ = await asyncio.wait({call}, timeout=seconds)
+            if not done:
+                state = self._channel(endpoint).get_state()
+                if state != grpc.ChannelConnectivity.READY:
+                    raise NotConnected(f"not connected within {seconds:g}s ({state.name.lower()})")
+            return await call
+        finally:
+            if not call.done():
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+
     # -- blocking API -------------------------------------------------------------------------
     def status(self, endpoint):
         return self._run(self._status(endpoint))
@@ -121,9 +149,12 @@ class EtcdClient(EtcdSession):
         errors = {}
         for linearizable in (True, False):
             calls = [
-                self._member_list_unless_leaderless(ep)
-                if linearizable
-                else self._member_list(ep, linearizable=False)
+                self._unless_unconnected(
+                    ep,
+                    self._member_list_unless_leaderless(ep)
+                    if linearizable
+                    else self._member_list(ep, linearizable=False),
+                )
                 for ep in endpoints
             ]
             results = self._run(self._first_answers(calls))

@@ -108,6 +108,11 @@ class EtcdUnreachable(Exception):
         super().__init__(f"no etcd endpoint answered ({detail})")
 
 
+class NotConnected(Exception):
+    """A call was given up because no connection to its member opened in time (the member is
+    cut off, or gone): see qk_etcd.CONNECT_SECONDS."""
+
+
 class NoLeader(Exception):
     """A linearizable call went unanswered for longer than an election takes, and its member
     reports no raft leader."""

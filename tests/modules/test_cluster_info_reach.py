@@ -1,8 +1,13 @@
 """etcd_cluster_info from outside the cluster's DNS: the members advertise names that do not
 resolve here (as pods advertise `<pod>.<cluster>.<ns>.svc.cluster.local` to a host without
-cluster DNS), and the caller passes the addresses it can reach (the pod IPs)."""
+cluster DNS), and the caller passes the addresses it can reach (the pod IPs). And members that
+never connect (cut off the network): the member list gives them up after the connect time, a
+status call after its timeout."""
 
 from __future__ import annotations
+
+import contextlib
+import socket
 
 import pytest
 
@@ -59,3 +64,60 @@ def test_only_some_addresses_given(unresolvable_cluster, run_module):
     health = {m["name"]: m["healthy"] for m in res["members"]}
     assert health == {"n0": True, "n1": False, "n2": False}
     assert res["healthy"] is False
+
+
+@pytest.fixture
+def unconnectable_url():
+    """A URL no TCP connection to ever opens, as to a member cut off the network: a listening
+    socket whose accept queue is full, so that the kernel drops new connection requests."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    held = []
+    for _ in range(3):
+        client = socket.socket()
+        client.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            client.connect(("127.0.0.1", port))
+        held.append(client)
+    yield f"http://127.0.0.1:{port}"
+    for sock in (*held, server):
+        sock.close()
+
+
+def test_a_member_that_never_connects_keeps_its_status_calls_whole_timeout(
+    etcd_bin, etcd_version, tmp_path, unconnectable_url, run_module
+):
+    """A member's status is its health: a new member's name may take seconds to resolve, so it
+    is not given up after the member list's connect time (1.5 s) but after the timeout."""
+    cluster = etcdharness.EtcdCluster(etcd_bin, etcd_version, tmp_path / "c")
+    cluster.start(
+        3,
+        advertise_client_url=lambda n: unconnectable_url if n.name == "n2" else n.client_url,
+    )
+    try:
+        res = run_module(
+            "etcd_cluster_info",
+            {"endpoints": [unconnectable_url, *cluster.endpoints(["n0", "n1"])], "timeout": 3},
+        )
+    finally:
+        cluster.teardown()
+    assert not res["failed"], res
+    members = {m["name"]: m for m in res["members"]}
+    assert {n: m["healthy"] for n, m in members.items()} == {"n0": True, "n1": True, "n2": False}
+    assert not any("not connected" in e for e in members["n2"]["errors"]), members
+    assert res["healthy"] is True
+
+
+def test_no_endpoint_connects(unconnectable_url, run_module):
+    """The member list gives an endpoint that does not connect up after 1.5 s (an observation
+    of a cluster whose members are all cut off took 12 s of timeouts), not after 30."""
+    res = run_module(
+        "etcd_cluster_info",
+        {"endpoints": [unconnectable_url], "timeout": 30, "fail_on_unreachable": False},
+    )
+    assert not res["failed"], res
+    assert res["reachable"] is False
+    errors = " ".join(str(e) for e in (res.get("endpoint_errors") or {}).values())
+    assert "not connected within 1.5s" in errors, res
