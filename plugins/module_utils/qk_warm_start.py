@@ -370,7 +370,7 @@ class ForkedPlaybook:
             os.dup2(write_end, 2)
             os.close(null)
             os.close(write_end)
-            name_process("ansible-playbook")
+            name_process("playbook")  # "ansible-playbook" is 16 bytes: the kernel keeps 15
             run_playbook([command, *args], cwd, env, warm_configuration or {}, ansiballz_cache)
         os.close(write_end)
         self.pid = pid
