@@ -28,6 +28,14 @@ description:
     key, a key that does not match, a CA that did not sign the certificate, an expired
     certificate, member names the certificate does not cover) is returned in C(problems).
   - >-
+    The user's own Secrets may change in place (a new C(ca.crt), certificates from another CA)
+    or be replaced by others. etcd loads C(ca.crt) only at start: a new bundle's fingerprint is
+    returned in C(trust), for the members to be restarted with it one at a time. A change that
+    would make members refuse each other (a certificate from a CA some members did not load, a
+    CA dropped from C(ca.crt) while members may still present a certificate it signed) is a
+    problem, and nothing changes. I(own_trust) carries what the last run returned in
+    C(own_trust).
+  - >-
     With client TLS, writes the operator's client certificate, key and the CA that verifies the
     members into I(credentials_dir)/<namespace>/<name>/ (mode 0600) and returns their paths in
     C(connection), the options every etcd module takes (doc fragment
@@ -91,6 +99,13 @@ options:
         abruptly.
     type: str
     default: ""
+  own_trust:
+    description:
+      - What the last run returned in C(own_trust) (the EtcdCluster's C(status.tls.ownTrust)).
+        Empty the first time, when what the user's own Secrets hold is taken as what the
+        members run.
+    type: dict
+    default: {}
   keep_served_client:
     description:
       - Without client TLS in I(tls), whether to keep writing the operator's client
@@ -145,8 +160,19 @@ peer_tls:
   type: dict
   returned: always
 trust:
-  description: By part (C(client), C(peer)) while its CA is rotated, the fingerprint of the CA
+  description: By part (C(client), C(peer)) while its CA is rotated, or once the C(ca.crt) of the
+    user's own Secret has changed, the fingerprint of the CA
     bundle every member must be started with (the EtcdPeers' C(tls.<part>.trust)).
+  type: dict
+  returned: always
+own_trust:
+  description:
+    - By part whose certificates are the user's own Secrets, C(bundle) (the fingerprint of the
+      C(ca.crt) members are to run with), C(trustedByAll) (fingerprints of the CAs every member
+      trusts), C(signers) (each CA, C(fingerprint) and C(subject), that signed a certificate a
+      member may present or must accept), C(pinned) (the EtcdPeers carry the bundle's
+      fingerprint since its first change) and C(pending) (members still restart with a new
+      C(ca.crt), or may still present a certificate from a CA on its way out).
   type: dict
   returned: always
 rotation:
@@ -232,6 +258,7 @@ ARGUMENT_SPEC = {
     "peer_port": {"type": "int", "default": 2380},
     "rotate_for": {"type": "str", "default": ""},
     "keep_served_client": {"type": "bool", "default": False},
+    "own_trust": {"type": "dict", "default": {}},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }
@@ -293,7 +320,13 @@ def run(module, kube):
     # The EtcdPeers are listed at most once, by whichever asks first.
     members = ClusterMembers(kube, p, network)
     report = ensure_certificates(
-        manager, resolved, p["replicas"], p["users"], rotate_for=p["rotate_for"], members=members
+        manager,
+        resolved,
+        p["replicas"],
+        p["users"],
+        rotate_for=p["rotate_for"],
+        members=members,
+        own_trust=p["own_trust"],
     )
     kept = None
     if "client" not in resolved and p["keep_served_client"]:

@@ -201,6 +201,9 @@ class TLSReport:
     trust: dict = field(default_factory=dict)
     rotation: dict = field(default_factory=dict)
     rotated_for: str = ""
+    # By part whose certificates are the user's own: what the members were started with and
+    # present (status.tls.ownTrust, see _ensure_own_trust).
+    own_trust: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -223,6 +226,7 @@ class CertificateManager:
         self.report = TLSReport()
         self._cache: dict = {}
         self._annotations: dict = {}
+        self._versions: dict = {}
 
     # -- Secrets ------------------------------------------------------------------------------
 
@@ -238,6 +242,7 @@ class CertificateManager:
             self._cache[name] = files
             metadata = (secret or {}).get("metadata") or {}
             self._annotations[name] = dict(metadata.get("annotations") or {})
+            self._versions[name] = str(metadata.get("resourceVersion") or "")
         return self._cache[name]
 
     def annotations(self, name: str) -> dict:
@@ -272,7 +277,7 @@ class CertificateManager:
         else:
             self.kube.create(body)
 
-    def record(self, name: str, purpose: str, files: dict):
+    def record(self, name: str, purpose: str, files: dict, *, own=False):
         try:
             facts = _certs().certificate_facts(files[CERT_KEY])
         except (_certs().CertificateError, KeyError):
@@ -284,6 +289,9 @@ class CertificateManager:
                 "subject": facts["subject"],
                 "notAfter": facts["notAfter"],
                 "renewalTime": _certs().renewal_time(files[CERT_KEY]),
+                # What the health watch compares the user's own Secrets with, to have a change
+                # made in place checked at once (qk_health_watch.changed_secrets).
+                **({"resourceVersion": self._versions.get(name, "")} if own else {}),
             }
         )
 
@@ -415,7 +423,7 @@ class CertificateManager:
             client=client,
         )
         self.report.problems.extend(f"{field_path}: Secret {name}: {p}" for p in problems)
-        self.record(name, purpose, files)
+        self.record(name, purpose, files, own=True)
         return None if problems else files
 
 
@@ -441,6 +449,7 @@ def ensure_certificates(
     *,
     rotate_for: str = "",
     members: MembersView | None = None,
+    own_trust: dict | None = None,
 ) -> TLSReport:
     """Make the cluster's certificate Secrets what ``resolved`` asks for (operator-managed ones
     issued, renewed once two thirds of their validity has passed, or replaced when wrong; the
@@ -453,7 +462,13 @@ def ensure_certificates(
     the old one (``status.tls.trust`` changes, and the planner restarts the members one at a time
     to load the bundle: etcd reads trusted CAs only at start), the leaves are reissued from it
     (etcd reads its own certificate again for each connection), and once every member presents
-    its new certificate the old CA is dropped from the bundle (another rolling restart)."""
+    its new certificate the old CA is dropped from the bundle (another rolling restart).
+
+    The user's own Secrets may change in place, or be replaced by others: ``own_trust`` (the
+    last report's, status.tls.ownTrust) says which CAs the members were started with and which
+    signed what they present, and a change that would make members refuse each other is
+    refused (see _ensure_own_trust)."""
+    own_trust = own_trust or {}
     network, names = manager.network, secret_names(manager.network.cluster)
     cluster = network.cluster
     members_names = member_dns_names(network)
@@ -470,7 +485,7 @@ def ensure_certificates(
             rotate_for, members,
         )  # fmt: skip
     elif client:
-        manager.check_own(
+        server = manager.check_own(
             client["secretName"],
             "server",
             dns_names=names_to_cover(network, replicas, client=True),
@@ -478,13 +493,30 @@ def ensure_certificates(
             client=False,
             field_path="spec.tls.client.serverSecretName",
         )
-        manager.check_own(
+        operator = manager.check_own(
             client["operatorSecretName"],
             "operator",
             server=False,
             client=True,
             field_path="spec.tls.client.operatorSecretName",
         )
+        signed = [(client["secretName"], server)]
+        if client["clientCertAuth"] and server and operator:
+            # Members check client certificates against their own Secret's ca.crt.
+            problems = _certs().certificate_problems(operator[CERT_KEY], None, server[CA_KEY])
+            manager.report.problems.extend(
+                f"spec.tls.client.operatorSecretName: Secret {client['operatorSecretName']}: "
+                f"the members check client certificates against ca.crt of Secret "
+                f"{client['secretName']}: {p}"
+                for p in problems
+            )
+            signed.append((client["operatorSecretName"], operator))
+        if server and operator:
+            _ensure_own_trust(
+                manager, "client", client["secretName"], signed, own_trust.get("client"), members
+            )
+        else:
+            _keep_own_trust(manager, "client", own_trust.get("client"))
     peer = resolved.get("peer")
     if peer and peer["managed"]:
         leaves = [(names["peer"], "peer", cluster, members_names, True)]
@@ -493,7 +525,7 @@ def ensure_certificates(
             rotate_for, members,
         )  # fmt: skip
     elif peer:
-        manager.check_own(
+        files = manager.check_own(
             peer["secretName"],
             "peer",
             dns_names=names_to_cover(network, replicas, client=False),
@@ -501,6 +533,13 @@ def ensure_certificates(
             client=True,
             field_path="spec.tls.peer.secretName",
         )
+        if files:
+            signed = [(peer["secretName"], files)]
+            _ensure_own_trust(
+                manager, "peer", peer["secretName"], signed, own_trust.get("peer"), members
+            )
+        else:
+            _keep_own_trust(manager, "peer", own_trust.get("peer"))
     manager.report.rotated_for = rotate_for
     return manager.report
 
@@ -544,6 +583,98 @@ def _ensure_managed(manager, part, ca_name, ca_subject, leaves, rotate_for, memb
             secret, purpose, done, common_name, dns_names=dns_names, server=server, client=True
         )
     del manager.report.trust[part], manager.report.rotation[part]
+
+
+def _ensure_own_trust(manager, part, secret, signed, known, members):
+    """Follow the user's own Secrets of ``part`` (client or peer) as they change in place or
+    are replaced: ``secret`` holds the ca.crt members trust, ``signed`` is each ``(Secret name,
+    files)`` whose certificate members must accept (the one they present first). ``known`` is
+    the last report's ``{bundle, trustedByAll, signers, pinned, pending}``.
+
+    etcd loads its trusted CAs once, at start, and its own certificate again for each new
+    connection (the kubelet refreshes a Secret's files in the pod). So, without downtime:
+    - a new ca.crt is loaded by restarting the members one at a time (the bundle's fingerprint
+      goes to status.tls.trust and the EtcdPeers, as in a CA rotation); only the CAs both
+      bundles hold are trusted by every member meanwhile (``trustedByAll``);
+    - a certificate is accepted only if a CA every member trusts signed it;
+    - a CA leaves ca.crt only once no member presents a certificate it signed (``signers``).
+    Anything else is refused with a problem saying what to do, and nothing changes. The first
+    report for a part only records what is there: the members run with it."""
+    files = manager.read(secret)
+    bundle = files[CA_KEY]
+    fingerprint, cas = trust_fingerprint(bundle), _certs().bundle_fingerprints(bundle)
+    found = {}
+    for name, leaf in signed:
+        found[name] = _certs().signing_cas(leaf[CERT_KEY], bundle)
+    signers = list({ca["fingerprint"]: ca for cas_ in found.values() for ca in cas_}.values())
+    if not known:
+        manager.report.own_trust[part] = {
+            "bundle": fingerprint,
+            "trustedByAll": cas,
+            "signers": signers,
+            "pinned": False,
+            "pending": False,
+        }
+        return
+    field_path = (
+        "spec.tls.client.serverSecretName" if part == "client" else "spec.tls.peer.secretName"
+    )
+    problems = []
+    trusted = set(known.get("trustedByAll") or ())
+    for name, cas_ in found.items():
+        if cas_ and not any(ca["fingerprint"] in trusted for ca in cas_):
+            subject = cas_[0]["subject"]
+            problems.append(
+                f"{field_path}: the certificate of Secret {name} is signed by {subject}, "
+                f"a CA some members do not trust yet (their ca.crt did not hold it when they "
+                f"started), so they would refuse it: put the old certificate back, add the new "
+                f"CA to ca.crt of Secret {secret} next to the old one, wait until "
+                f"status.tls.ownTrust.{part}.pending is false, then change the certificate"
+            )
+    for ca in known.get("signers") or ():
+        if ca["fingerprint"] not in cas:
+            problems.append(
+                f"{field_path}: ca.crt of Secret {secret} no longer holds {ca['subject']}, which "
+                f"signed certificates the members may still present, so a member restarted "
+                f"with it would refuse the others: keep that CA in ca.crt until every member "
+                f"presents a certificate from the new one (status.tls.ownTrust.{part}.pending "
+                f"false), then remove it"
+            )
+    if problems:
+        manager.report.problems.extend(problems)
+        _keep_own_trust(manager, part, known)
+        return
+    entry = dict(known)
+    if fingerprint != known.get("bundle"):
+        # Restarted with the new bundle or not, every member trusts what both bundles hold.
+        entry.update(bundle=fingerprint, trustedByAll=[c for c in trusted if c in cas], pinned=True)
+        restarting = True
+    else:
+        restarting = set(entry.get("trustedByAll") or ()) != set(cas)
+    if restarting and members is not None and members.run_bundle(part, fingerprint):
+        entry["trustedByAll"], restarting = cas, False
+    known_signers = [s for s in known.get("signers") or () if s["fingerprint"] in cas]
+    new = {ca["fingerprint"] for ca in signers}
+    presenting_old = any(s["fingerprint"] not in new for s in known_signers)
+    presented = signed[0][1][CERT_KEY]
+    if presenting_old and members is not None and members.serve(part, presented):
+        entry["signers"], presenting_old = signers, False
+    else:
+        entry["signers"] = known_signers + [s for s in signers if s not in known_signers]
+    entry["pending"] = restarting or presenting_old
+    manager.report.own_trust[part] = entry
+    if entry.get("pinned"):
+        manager.report.trust[part] = fingerprint
+
+
+def _keep_own_trust(manager, part, known):
+    """What the members run with stays as the last report said, while the Secrets have a
+    problem: forgetting it would take whatever comes next as what the members run."""
+    if not known:
+        return
+    manager.report.own_trust[part] = known
+    if known.get("pinned"):
+        manager.report.trust[part] = known["bundle"]
 
 
 def trust_fingerprint(bundle_pem: str) -> str:

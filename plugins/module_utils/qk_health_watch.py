@@ -53,6 +53,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_metrics impor
     MetricsServer,
 )
 
+# Written by the watch when one of the user's own TLS Secrets of a cluster changed since the
+# operator last checked it: the reconcile it wakes checks the certificates again (a ca.crt
+# changed in place needs the members restarted) and records the value in status.tls.
+SECRETS_ANNOTATION = f"{API_GROUP}/tls-secrets-changed"
 # Written by the watch, read by nobody: its change is what wakes the reconcile up, and its value
 # says what the watch saw, for a human reading the object.
 HEALTH_ANNOTATION = f"{API_GROUP}/health-watch"
@@ -208,6 +212,30 @@ def plan_nudges(
     return nudges
 
 
+def own_secret_versions(cluster: dict) -> dict[str, str]:
+    """The user's own TLS Secrets of a watched cluster (spec.tls), each with the resourceVersion
+    the operator's last check saw (status.tls.certificates); only those it recorded one for."""
+    if not watched(cluster):
+        return {}
+    tls = (cluster.get("spec") or {}).get("tls") or {}
+    client, peer = tls.get("client") or {}, tls.get("peer") or {}
+    names = {
+        client.get("serverSecretName"),
+        client.get("operatorSecretName"),
+        peer.get("secretName"),
+    }
+    seen = {
+        c.get("secretName"): str(c.get("resourceVersion") or "")
+        for c in ((cluster.get("status") or {}).get("tls") or {}).get("certificates") or []
+    }
+    return {name: seen[name] for name in names if name and seen.get(name)}
+
+
+def changed_secrets(recorded: dict[str, str], current: dict[str, str | None]) -> list[str]:
+    """The Secrets whose resourceVersion is not the one recorded (a deleted one included)."""
+    return sorted(name for name, version in recorded.items() if current.get(name) != version)
+
+
 def annotation_value(problems: str, at: str) -> str:
     """The annotation's value: when, and what the watch saw (always new, so always a change)."""
     return f"{at} {problems}"
@@ -273,7 +301,43 @@ class HealthWatch:
                 self.log(f"health-watch: {namespace}/{name}: {problems}: reconcile asked for")
             except KubeError as exc:
                 self.log(f"health-watch: {namespace}/{name}: could not annotate: {exc}")
+        self.check_secrets(clusters)
         return nudges
+
+    def secret_version(self, namespace: str, name: str) -> str | None:
+        path = self.kube.path("v1", "Secret", namespace, name)
+        try:
+            secret = self.kube.request("GET", path, query={"resourceVersion": "0"})
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+        return str(((secret or {}).get("metadata") or {}).get("resourceVersion") or "")
+
+    def check_secrets(self, clusters) -> list[tuple[str, str, list[str]]]:
+        """Annotate each watched cluster one of whose own TLS Secrets changed since the
+        operator checked it: [(namespace, cluster, Secrets)]. Each change is said once."""
+        changes = []
+        for cluster in clusters:
+            recorded = own_secret_versions(cluster)
+            if not recorded:
+                continue
+            meta = cluster["metadata"]
+            namespace = meta.get("namespace", "")
+            current = {name: self.secret_version(namespace, name) for name in recorded}
+            changed = changed_secrets(recorded, current)
+            value = ", ".join(f"{name}@{current[name] or 'deleted'}" for name in changed)
+            annotations = meta.get("annotations") or {}
+            if not changed or annotations.get(SECRETS_ANNOTATION) == value:
+                continue
+            patch = {"metadata": {"annotations": {SECRETS_ANNOTATION: value}}}
+            try:
+                self.kube.patch(API_VERSION, CLUSTER_KIND, meta["name"], patch, namespace=namespace)
+                self.log(f"health-watch: {namespace}/{meta['name']}: TLS Secrets changed: {value}")
+                changes.append((namespace, meta["name"], changed))
+            except KubeError as exc:
+                self.log(f"health-watch: {namespace}/{meta['name']}: could not annotate: {exc}")
+        return changes
 
     def run_forever(self):
         self.log(

@@ -189,7 +189,7 @@ def _stage_note(ctx: PlanContext, name: str, final: dict, wanted: dict) -> str:
         (running.get(part) or {}).get("trust") != (target.get(part) or {}).get("trust")
         for part in ("client", "peer")
     ):
-        return ", to load the CA bundle of a CA rotation (status.tls.rotation)"
+        return ", to load a new CA bundle (a CA rotation, or a new ca.crt in your own Secret)"
     return ""
 
 

@@ -13,6 +13,7 @@ act on, because they end up in the EtcdCluster's status.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import math
 import socket
@@ -369,6 +370,36 @@ def certificate_facts(cert_pem: str) -> dict:
 def bundle_certificates(pem: str) -> list[str]:
     """Each certificate of a PEM bundle, as PEM; during a CA rotation ca.crt holds old and new."""
     return [_cert_pem(cert) for cert in _load_certificates(pem)]
+
+
+def ca_fingerprint(ca: x509.Certificate | str) -> str:
+    """A short fingerprint of one CA (16 hex digits): of its name and key, which are what
+    verifying a certificate it signed looks at, so that a CA certificate renewed with the same
+    key is the same CA."""
+    if isinstance(ca, str):
+        ca = _load_certificate(ca)
+    digest = hashlib.sha256(ca.subject.public_bytes())
+    digest.update(_public_der(ca.public_key()))
+    return digest.hexdigest()[:16]
+
+
+def bundle_fingerprints(bundle_pem: str) -> list[str]:
+    """The fingerprint of each CA certificate of a bundle, in its order."""
+    return [ca_fingerprint(ca) for ca in _load_certificates(bundle_pem)]
+
+
+def signing_cas(cert_pem: str, bundle_pem: str) -> list[dict]:
+    """The CAs of ``bundle_pem`` that signed the certificate ``cert_pem``, each
+    ``{fingerprint, subject}``; [] when none did or either cannot be read."""
+    try:
+        cert, cas = _load_certificate(cert_pem), _load_certificates(bundle_pem)
+    except CertificateError:
+        return []
+    return [
+        {"fingerprint": ca_fingerprint(ca), "subject": _describe_name(ca.subject)}
+        for ca in cas
+        if _signed_by(cert, ca)
+    ]
 
 
 def name_covered(patterns, name: str) -> bool:

@@ -391,28 +391,34 @@ def test_access_modes_are_immutable_and_the_class_changes_only_to_a_named_one(ku
     )
 
 
-def test_client_and_peer_tls_each_turn_on_and_off_but_stay_as_they_are_while_on(
+def test_client_and_peer_tls_turn_on_and_off_and_own_secrets_change_but_not_who_manages_them(
     kube_api, namespace
 ):
     resource = "etcdclusters.etcd.quorumkeeper.dev"
     accepted(create(kube_api, namespace, cluster(tls={"peer": {}})))
     # Client TLS on, then off, on a running cluster: members roll through both schemes.
     accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": {}}}}))
+    own_client = {"serverSecretName": "mine", "operatorSecretName": "op"}
+    rejected(
+        patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": own_client}}}),
+        "spec.tls.client: who manages its certificates, and clientCertAuth, are immutable",
+        "spec",
+    )
     rejected(
         patch(
             kube_api,
             namespace,
             resource,
             "c",
-            {"spec": {"tls": {"client": {"serverSecretName": "mine"}}}},
+            {"spec": {"tls": {"client": {"clientCertAuth": False}}}},
         ),
-        "spec.tls.client is immutable while client TLS is on",
+        "spec.tls.client: who manages its certificates, and clientCertAuth, are immutable",
         "spec",
     )
     accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": None}}}))
     rejected(
         patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"peer": {"secretName": "m"}}}}),
-        "spec.tls.peer is immutable while peer TLS is on",
+        "spec.tls.peer: who manages its certificates is immutable while peer TLS is on",
         "spec",
     )
     # Peer TLS off (all of spec.tls with it), then on with the user's own Secret.
@@ -420,6 +426,25 @@ def test_client_and_peer_tls_each_turn_on_and_off_but_stay_as_they_are_while_on(
     accepted(
         patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"peer": {"secretName": "m"}}}})
     )
+    # Another Secret of the user's own: the members are restarted onto it.
+    accepted(
+        patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"peer": {"secretName": "n"}}}})
+    )
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            resource,
+            "c",
+            [{"op": "remove", "path": "/spec/tls/peer/secretName"}],
+            kind="json",
+        ),
+        "spec.tls.peer: who manages its certificates is immutable while peer TLS is on",
+        "spec",
+    )
+    accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": own_client}}}))
+    renamed = {"serverSecretName": "mine-2", "operatorSecretName": "op-2"}
+    accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": renamed}}}))
     plain = cluster(name="plain")
     accepted(create(kube_api, namespace, plain))
     accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": {"client": {}}}}))

@@ -1,15 +1,22 @@
 """TLS end to end: a cluster created with operator-managed certificates serves only clients with
 a certificate from its CA, keeps working through a scale-up, serves metrics without one; client
 TLS turned on and off on a live cluster under a writer loses no write, and so do peer TLS turned
-on and off (with a member joining and one leaving meanwhile) and a rotation of both CAs; and a
-cluster whose own Secrets are missing says so and starts nothing."""
+on and off (with a member joining and one leaving meanwhile), a rotation of both CAs and one of
+the CA in the user's own Secret, changed in place; and a cluster whose own Secrets are missing,
+or changed in a way that would make its members refuse each other, says so and changes
+nothing."""
 
 from __future__ import annotations
 
+import base64
 import re
 import urllib.request
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import issue_leaf, new_ca
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
+    ca_fingerprint,
+    issue_leaf,
+    new_ca,
+)
 from kubehelpers import CLUSTERS, PEERS, wait_until
 from securityhelpers import (
     InPodClient,
@@ -226,3 +233,115 @@ def test_both_cas_rotated_on_request_under_a_writer_lose_no_acknowledged_write(e
     client.install("/tmp/old", {**old_app, "ca.crt": app["ca.crt"]})
     refused = client.etcdctl("/tmp/old", "get", "after-rotation")
     assert refused.returncode != 0 and "yes" not in refused.stdout
+
+
+def put_secret(kube, namespace, name, files):
+    kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {k: base64.b64encode(v.encode()).decode() for k, v in files.items()},
+        }
+    )
+
+
+def own_peer_trust_settled(cluster, cas, signer):
+    """Whether the members run with exactly the CAs ``cas`` trusted and present certificates
+    from ``signer`` alone (status.tls.ownTrust.peer), all 3 healthy on their configuration."""
+    status = cluster.get().get("status", {})
+    trust = (status.get("tls", {}).get("ownTrust") or {}).get("peer") or {}
+    members = status.get("members", [])
+    return (
+        trust.get("pending") is False
+        and set(trust.get("trustedByAll") or ()) == {ca_fingerprint(c) for c in cas}
+        and [s["subject"] for s in trust.get("signers") or ()] == [f"CN={signer}"]
+        and len(members) == 3
+        and all(m.get("configUpToDate") and m["healthy"] for m in members)
+    )
+
+
+def test_the_ca_of_the_users_own_peer_secret_rotated_in_place_loses_no_write(etcd_cluster):
+    """A user (cert-manager, by hand) rotates the CA of their own peer Secret in three changes
+    made in place: both CAs in ca.crt (members restart to load it), certificates from the new
+    CA (picked up without a restart), the old CA removed (members restart again), then names
+    another Secret. The health watch has each change checked at once. A change that would make
+    members refuse each other is refused with Degraded and restarts nothing."""
+    kube, namespace, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    names = [f"*.{name}.{namespace}.svc.cluster.local"]
+    first, first_key = new_ca("first")
+    second, second_key = new_ca("second")
+
+    def leaf(ca, key):
+        cert, leaf_key = issue_leaf(ca, key, name, dns_names=names, server=True, client=True)
+        return {"tls.crt": cert, "tls.key": leaf_key}
+
+    secret = f"{name}-my-peer"
+    old_leaf, new_leaf = leaf(first, first_key), leaf(second, second_key)
+    put_secret(kube, namespace, secret, {**old_leaf, "ca.crt": first})
+    manifest = etcd_cluster.manifest(3)
+    manifest["spec"]["tls"] = {"peer": {"secretName": secret}}
+    kube.apply(manifest)
+    etcd_cluster.wait_available(3, timeout=240)
+    wait_until(
+        "the Secret recorded", lambda: own_peer_trust_settled(etcd_cluster, [first], "first"), 120
+    )
+    ids = etcd_cluster.member_ids()
+    with AckedWriter(etcd_cluster.client_endpoint(), "/own-ca/", retry_for=5) as writer:
+        wait_until("the first writes", lambda: len(writer.acknowledged) >= 20, 30)
+        put_secret(kube, namespace, secret, {**old_leaf, "ca.crt": first + second})
+        wait_until(
+            "both CAs trusted by every member",
+            lambda: own_peer_trust_settled(etcd_cluster, [first, second], "first"),
+            300,
+        )
+        loaded = restarted_members(etcd_cluster, "to load a new CA bundle")
+        assert loaded == set(ids), loaded
+        put_secret(kube, namespace, secret, {**new_leaf, "ca.crt": first + second})
+        wait_until(
+            "every member presents its certificate from the new CA",
+            lambda: own_peer_trust_settled(etcd_cluster, [first, second], "second"),
+            180,
+        )
+        # Dropping the CA now in use instead of the old one: refused, nothing restarts.
+        pods = {p["metadata"]["uid"] for p in etcd_cluster.pods()}
+        trust = etcd_cluster.get()["status"]["tls"]["ownTrust"]
+        third, _ = new_ca("third")
+        put_secret(kube, namespace, secret, {**new_leaf, "ca.crt": first + third})
+
+        def refused():
+            condition = etcd_cluster.condition("Degraded")
+            return condition.get("reason") == "CertificatesInvalid" and condition
+
+        condition = wait_until("the change refused", refused, 120)
+        assert "(issuer CN=second) is not signed by any CA of the bundle" in condition["message"]
+        assert etcd_cluster.condition("Available").get("status") == "True"
+        assert etcd_cluster.get()["status"]["tls"]["ownTrust"] == trust
+        assert {p["metadata"]["uid"] for p in etcd_cluster.pods()} == pods, "nothing restarted"
+        put_secret(kube, namespace, secret, {**new_leaf, "ca.crt": second})
+        wait_until(
+            "the old CA dropped by every member",
+            lambda: (
+                own_peer_trust_settled(etcd_cluster, [second], "second")
+                and etcd_cluster.condition("Degraded").get("status") == "False"
+            ),
+            300,
+        )
+        # Another Secret of the user's, from the same CA: the members move to it one at a time.
+        put_secret(kube, namespace, f"{secret}-2", {**leaf(second, second_key), "ca.crt": second})
+        etcd_cluster.patch_spec(tls={"peer": {"secretName": f"{secret}-2"}})
+
+        def moved():
+            peers = etcd_cluster.peers()
+            return all(
+                p["spec"]["tls"]["peer"]["secretName"] == f"{secret}-2" for p in peers
+            ) and own_peer_trust_settled(etcd_cluster, [second], "second")
+
+        wait_until("every member on the other Secret", moved, 300)
+    summary = writer.summary()
+    assert writer.lost() == [], f"acknowledged writes lost: {summary}"
+    assert summary["acknowledged_percent"] >= 99.0, summary
+    assert etcd_cluster.member_ids() == ids, "members keep their IDs"
+    # Each EtcdPeer keeps the last bundle's fingerprint: removing it would restart the member.
+    assert len({p["spec"]["tls"]["peer"]["trust"] for p in etcd_cluster.peers()}) == 1

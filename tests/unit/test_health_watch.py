@@ -3,15 +3,20 @@ means, which clusters it looks at, and when it wakes a cluster's reconcile."""
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import (
     RENUDGE_SECONDS,
+    SECRETS_ANNOTATION,
+    HealthWatch,
     NudgeMemory,
     annotation_value,
+    changed_secrets,
     health_verdict,
     member_probes,
+    own_secret_versions,
     plan_nudges,
     problems_summary,
     watch_namespaces,
     watched,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import KubeError
 
 
 def pod(
@@ -155,3 +160,62 @@ def test_watch_namespace_is_read_as_ansible_operator_reads_it():
     assert watch_namespaces("") == ()
     assert watch_namespaces(None) == ()
     assert watch_namespaces("a, b,") == ("a", "b")
+
+
+def with_own_secrets(c, recorded):
+    c["spec"]["tls"] = {
+        "client": {"serverSecretName": "srv", "operatorSecretName": "op"},
+        "peer": {"secretName": "peer"},
+    }
+    c["status"]["tls"] = {
+        "certificates": [
+            {"secretName": name, "resourceVersion": version} for name, version in recorded.items()
+        ]
+    }
+    return c
+
+
+def test_the_users_own_tls_secrets_are_compared_with_what_the_last_check_saw():
+    recorded = {"srv": "10", "op": "11", "peer": "12", "c-client-ca": "13"}
+    assert own_secret_versions(with_own_secrets(cluster(), recorded)) == {
+        "srv": "10",
+        "op": "11",
+        "peer": "12",
+    }
+    # Not watched (changing, or not Available): its reconcile checks them already.
+    assert own_secret_versions(with_own_secrets(cluster(progressing="True"), recorded)) == {}
+    assert own_secret_versions(cluster()) == {}
+    current = {"srv": "10", "op": "20", "peer": None}
+    assert changed_secrets({"srv": "10", "op": "11", "peer": "12"}, current) == ["op", "peer"]
+
+
+class SecretsKube:
+    """The API calls the Secret check makes: GET a Secret, PATCH the cluster's annotation."""
+
+    def __init__(self, versions):
+        self.versions, self.patches = versions, []
+
+    def path(self, api_version, kind, namespace=None, name=None):
+        return name
+
+    def request(self, method, path, query=None):
+        if self.versions.get(path) is None:
+            raise KubeError(404, "NotFound", path)
+        return {"metadata": {"resourceVersion": self.versions[path]}}
+
+    def patch(self, api_version, kind, name, patch, namespace=None):
+        self.patches.append((name, patch["metadata"]["annotations"][SECRETS_ANNOTATION]))
+
+
+def test_a_changed_secret_annotates_its_cluster_once():
+    kube = SecretsKube({"srv": "10", "op": "11", "peer": "30"})
+    watch = HealthWatch(kube, log=lambda m: None)
+    c = with_own_secrets(cluster(), {"srv": "10", "op": "11", "peer": "12"})
+    assert watch.check_secrets([c]) == [("ns", "c", ["peer"])]
+    assert kube.patches == [("c", "peer@30")]
+    # The annotation already says so: not again, until the operator's check records it.
+    c["metadata"]["annotations"] = {SECRETS_ANNOTATION: "peer@30"}
+    assert watch.check_secrets([c]) == []
+    del kube.versions["srv"]
+    assert watch.check_secrets([c]) == [("ns", "c", ["peer", "srv"])]
+    assert kube.patches[-1] == ("c", "peer@30, srv@deleted")
