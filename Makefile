@@ -39,7 +39,7 @@ endif
 ##@ Local cluster
 
 .PHONY: toolchain
-toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, Prometheus, OLM, opm, operator-sdk, node agent, soak checker, venv
+toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, Prometheus, OLM, opm, operator-sdk, cert-manager, node agent, soak checker, venv
 	python3 hack/toolchain/install.py
 
 .PHONY: cluster-up

@@ -28,6 +28,12 @@ description:
     key, a key that does not match, a CA that did not sign the certificate, an expired
     certificate, member names the certificate does not cover) is returned in C(problems).
   - >-
+    A part with a cert-manager issuer (I(tls.client.issuerRef), I(tls.peer.issuerRef)) gets
+    cert-manager C(Certificate) objects instead, owned by the EtcdCluster and named like the
+    operator-managed Secrets they make cert-manager write; the module waits up to 10 s for
+    them to be issued, then checks those Secrets as the user's own. A missing cert-manager, or
+    a Certificate not issued in time, is a problem.
+  - >-
     The user's own Secrets may change in place (a new C(ca.crt), certificates from another CA)
     or be replaced by others. etcd loads C(ca.crt) only at start: a new bundle's fingerprint is
     returned in C(trust), for the members to be restarted with it one at a time. A change that

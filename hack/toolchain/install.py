@@ -317,6 +317,25 @@ def install_olm() -> dict[str, str]:
     }
 
 
+def install_cert_manager() -> dict[str, str]:
+    """cert-manager's controllers (issuers, CA and SelfSigned signing, the Certificate
+    controllers) and its CRDs, for spec.tls.<part>.issuerRef. The proxy serves cert-manager's
+    root module, where the controllers live, but not its cmd/controller submodule: the wrapper
+    in hack/toolchain/cert-manager is the main package (about 4 minutes to build cold). The CRDs
+    are copied out of the module, as built by cert-manager's own code generator."""
+    wrapper = TOOLCHAIN / "cert-manager"
+    module = "github.com/cert-manager/cert-manager"
+    version = module_version(wrapper, module)
+    out = BIN / f"cert-manager-{version}"
+    if not (out / COMPLETE).exists():
+        crds = out / "crds"
+        crds.mkdir(parents=True, exist_ok=True)
+        for crd in sorted((module_dir(wrapper, module) / "deploy" / "crds").glob("*.yaml")):
+            shutil.copyfile(crd, crds / crd.name)
+    go_build(wrapper, out, {"controller": "."}, "-s -w")
+    return {"controller": str(out / "controller"), "crds": str(out / "crds"), "version": version}
+
+
 def install_opm() -> dict[str, str]:
     """opm, at the operator-registry version OLM's catalog operator itself is built with."""
     wrapper = TOOLCHAIN / "opm"
@@ -393,6 +412,7 @@ STEPS = [
     "olm",
     "opm",
     "operator-sdk",
+    "cert-manager",
 ]
 GO_STEPS = set(STEPS) - {"debian", "venv"}
 
@@ -436,6 +456,8 @@ def main() -> int:
         manifest["opm"] = install_opm()
     if "operator-sdk" in wanted:
         manifest["operator_sdk"] = install_operator_sdk()
+    if "cert-manager" in wanted:
+        manifest["cert_manager"] = install_cert_manager()
     CACHE.mkdir(parents=True, exist_ok=True)
     MANIFEST.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     log(f"toolchain ready in {time.monotonic() - started:.1f}s: {MANIFEST}")

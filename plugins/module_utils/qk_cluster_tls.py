@@ -81,23 +81,30 @@ def secret_names(cluster: str) -> dict:
 def resolve(cluster: str, tls_spec: dict | None) -> dict:
     """What ``spec.tls`` means for the members: ``{client: {secretName, operatorSecretName,
     clientCertAuth, managed}, peer: {secretName, managed}}``, each present only when that TLS is
-    on; ``{}`` for a plain cluster. The EtcdPeer spec carries the members' part of it."""
+    on; ``{}`` for a plain cluster. A part signed by a cert-manager issuer has its ``issuer``
+    (``issuerRef``) and the operator-managed Secret names, and is not ``managed``: cert-manager
+    writes those Secrets. The EtcdPeer spec carries the members' part of it."""
     tls_spec = tls_spec or {}
     names = secret_names(cluster)
     resolved = {}
     client = tls_spec.get("client")
     if client is not None:
-        own = client.get("serverSecretName")
+        own, issuer = client.get("serverSecretName"), client.get("issuerRef")
         resolved["client"] = {
-            "managed": not own,
+            "managed": not own and not issuer,
             "secretName": own or names["server"],
             "operatorSecretName": client.get("operatorSecretName") or names["operator"],
             "clientCertAuth": client.get("clientCertAuth", True),
+            **({"issuer": issuer} if issuer else {}),
         }
     peer = tls_spec.get("peer")
     if peer is not None:
-        own = peer.get("secretName")
-        resolved["peer"] = {"managed": not own, "secretName": own or names["peer"]}
+        own, issuer = peer.get("secretName"), peer.get("issuerRef")
+        resolved["peer"] = {
+            "managed": not own and not issuer,
+            "secretName": own or names["peer"],
+            **({"issuer": issuer} if issuer else {}),
+        }
     return resolved
 
 
@@ -484,39 +491,8 @@ def ensure_certificates(
             manager, "client", names["client_ca"], f"{cluster} etcd client CA", leaves,
             rotate_for, members,
         )  # fmt: skip
-    elif client:
-        server = manager.check_own(
-            client["secretName"],
-            "server",
-            dns_names=names_to_cover(network, replicas, client=True),
-            server=True,
-            client=False,
-            field_path="spec.tls.client.serverSecretName",
-        )
-        operator = manager.check_own(
-            client["operatorSecretName"],
-            "operator",
-            server=False,
-            client=True,
-            field_path="spec.tls.client.operatorSecretName",
-        )
-        signed = [(client["secretName"], server)]
-        if client["clientCertAuth"] and server and operator:
-            # Members check client certificates against their own Secret's ca.crt.
-            problems = _certs().certificate_problems(operator[CERT_KEY], None, server[CA_KEY])
-            manager.report.problems.extend(
-                f"spec.tls.client.operatorSecretName: Secret {client['operatorSecretName']}: "
-                f"the members check client certificates against ca.crt of Secret "
-                f"{client['secretName']}: {p}"
-                for p in problems
-            )
-            signed.append((client["operatorSecretName"], operator))
-        if server and operator:
-            _ensure_own_trust(
-                manager, "client", client["secretName"], signed, own_trust.get("client"), members
-            )
-        else:
-            _keep_own_trust(manager, "client", own_trust.get("client"))
+    elif client and _issued_by_cert_manager(manager, "client", client, replicas, own_trust):
+        _check_own_client(manager, client, replicas, own_trust.get("client"), members)
     peer = resolved.get("peer")
     if peer and peer["managed"]:
         leaves = [(names["peer"], "peer", cluster, members_names, True)]
@@ -524,24 +500,64 @@ def ensure_certificates(
             manager, "peer", names["peer_ca"], f"{cluster} etcd peer CA", leaves,
             rotate_for, members,
         )  # fmt: skip
-    elif peer:
-        files = manager.check_own(
-            peer["secretName"],
-            "peer",
-            dns_names=names_to_cover(network, replicas, client=False),
-            server=True,
-            client=True,
-            field_path="spec.tls.peer.secretName",
-        )
-        if files:
-            signed = [(peer["secretName"], files)]
-            _ensure_own_trust(
-                manager, "peer", peer["secretName"], signed, own_trust.get("peer"), members
-            )
-        else:
-            _keep_own_trust(manager, "peer", own_trust.get("peer"))
+    elif peer and _issued_by_cert_manager(manager, "peer", peer, replicas, own_trust):
+        _check_own_peer(manager, peer, replicas, own_trust.get("peer"), members)
     manager.report.rotated_for = rotate_for
     return manager.report
+
+
+def _check_own_client(manager, client, replicas, known, members):
+    """The client part's Secrets that the operator does not write (the user's, or
+    cert-manager's), checked, and followed as they change (_ensure_own_trust)."""
+    issued = "issuer" in client
+    server = manager.check_own(
+        client["secretName"],
+        "server",
+        dns_names=names_to_cover(manager.network, replicas, client=True),
+        server=True,
+        client=False,
+        field_path="spec.tls.client." + ("issuerRef" if issued else "serverSecretName"),
+    )
+    operator = manager.check_own(
+        client["operatorSecretName"],
+        "operator",
+        server=False,
+        client=True,
+        field_path="spec.tls.client." + ("issuerRef" if issued else "operatorSecretName"),
+    )
+    if not (server and operator):
+        _keep_own_trust(manager, "client", known)
+        return
+    signed = [(client["secretName"], server)]
+    if client["clientCertAuth"]:
+        # Members check client certificates against their own Secret's ca.crt.
+        problems = _certs().certificate_problems(operator[CERT_KEY], None, server[CA_KEY])
+        manager.report.problems.extend(
+            f"spec.tls.client.operatorSecretName: Secret {client['operatorSecretName']}: "
+            f"the members check client certificates against ca.crt of Secret "
+            f"{client['secretName']}: {p}"
+            for p in problems
+        )
+        signed.append((client["operatorSecretName"], operator))
+    _ensure_own_trust(manager, "client", client["secretName"], signed, known, members)
+
+
+def _check_own_peer(manager, peer, replicas, known, members):
+    """The peer Secret that the operator does not write, as _check_own_client."""
+    files = manager.check_own(
+        peer["secretName"],
+        "peer",
+        dns_names=names_to_cover(manager.network, replicas, client=False),
+        server=True,
+        client=True,
+        field_path="spec.tls.peer." + ("issuerRef" if "issuer" in peer else "secretName"),
+    )
+    if not files:
+        _keep_own_trust(manager, "peer", known)
+        return
+    _ensure_own_trust(
+        manager, "peer", peer["secretName"], [(peer["secretName"], files)], known, members
+    )
 
 
 def _ensure_managed(manager, part, ca_name, ca_subject, leaves, rotate_for, members):
@@ -665,6 +681,48 @@ def _ensure_own_trust(manager, part, secret, signed, known, members):
     manager.report.own_trust[part] = entry
     if entry.get("pinned"):
         manager.report.trust[part] = fingerprint
+
+
+def _issued_by_cert_manager(manager, part, resolved_part, replicas, own_trust) -> bool:
+    """For a part with a cert-manager issuer: create or correct its Certificates and wait a
+    little for them to be issued. False (and a problem) while they are not, or cert-manager is
+    not there; True when the Secrets are there to check, and for a part without an issuer."""
+    issuer = resolved_part.get("issuer")
+    if not issuer or not manager.issue:
+        return True
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils import (  # noqa: PLC0415
+        qk_cert_manager,
+    )
+
+    network, names = manager.network, secret_names(manager.network.cluster)
+    cluster = network.cluster
+    if part == "client":
+        wanted = [
+            (names["server"], "server", cluster, names_to_cover(network, replicas, client=True)),
+            (names["operator"], "operator", OPERATOR_USER, ()),
+            (names["client"], "client", f"{cluster}-client", ()),
+        ]
+    else:
+        wanted = [(names["peer"], "peer", cluster, names_to_cover(network, replicas, client=False))]
+    objects = [
+        qk_cert_manager.certificate(
+            secret, purpose, common_name, dns_names, issuer, cluster, network.namespace,
+            manager.owner,
+        )
+        for secret, purpose, common_name, dns_names in wanted
+    ]  # fmt: skip
+    if manager.check:
+        return True
+    changed, problems = qk_cert_manager.ensure(manager.kube, objects)
+    manager.report.issued.extend(
+        {"secret": name, "reason": "requested from cert-manager (Certificate written)"}
+        for name in changed
+    )
+    if problems:
+        manager.report.problems.extend(problems)
+        _keep_own_trust(manager, part, own_trust.get(part))
+        return False
+    return True
 
 
 def _keep_own_trust(manager, part, known):

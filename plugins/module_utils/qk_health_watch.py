@@ -213,22 +213,16 @@ def plan_nudges(
 
 
 def own_secret_versions(cluster: dict) -> dict[str, str]:
-    """The user's own TLS Secrets of a watched cluster (spec.tls), each with the resourceVersion
-    the operator's last check saw (status.tls.certificates); only those it recorded one for."""
+    """The TLS Secrets of a watched cluster that the operator does not write (the user's own,
+    or cert-manager's for an issuerRef), each with the resourceVersion the operator's last check
+    saw: those status.tls.certificates records one for."""
     if not watched(cluster):
         return {}
-    tls = (cluster.get("spec") or {}).get("tls") or {}
-    client, peer = tls.get("client") or {}, tls.get("peer") or {}
-    names = {
-        client.get("serverSecretName"),
-        client.get("operatorSecretName"),
-        peer.get("secretName"),
-    }
-    seen = {
-        c.get("secretName"): str(c.get("resourceVersion") or "")
+    return {
+        c["secretName"]: str(c["resourceVersion"])
         for c in ((cluster.get("status") or {}).get("tls") or {}).get("certificates") or []
+        if c.get("secretName") and c.get("resourceVersion")
     }
-    return {name: seen[name] for name in names if name and seen.get(name)}
 
 
 def changed_secrets(recorded: dict[str, str], current: dict[str, str | None]) -> list[str]:

@@ -59,6 +59,7 @@ KNOWN_RESOURCES = {
     ("policy/v1", "PodDisruptionBudget"): ("poddisruptionbudgets", True),
     # Not always served: a list of a kind the API server does not serve answers 404.
     ("monitoring.coreos.com/v1", "PodMonitor"): ("podmonitors", True),
+    ("cert-manager.io/v1", "Certificate"): ("certificates", True),
     ("monitoring.coreos.com/v1", "PrometheusRule"): ("prometheusrules", True),
     **{
         (API_VERSION, kind): (kind.lower() + "s", True)

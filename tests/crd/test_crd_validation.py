@@ -447,6 +447,43 @@ def test_client_and_peer_tls_turn_on_and_off_and_own_secrets_change_but_not_who_
     accepted(patch(kube_api, namespace, resource, "c", {"spec": {"tls": {"client": renamed}}}))
     plain = cluster(name="plain")
     accepted(create(kube_api, namespace, plain))
+    # A cert-manager issuer instead of the operator's CA, or the user's own Secrets, not both.
+    issuer = {"issuerRef": {"name": "ca"}}
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            resource,
+            "plain",
+            {"spec": {"tls": {"peer": {**issuer, "secretName": "m"}}}},
+        ),
+        "issuerRef and secretName exclude each other",
+        "spec.tls.peer",
+    )
+    accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": {"peer": issuer}}}))
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            resource,
+            "plain",
+            {"spec": {"tls": {"peer": {"issuerRef": {"name": "other"}}}}},
+        ),
+        "spec.tls.peer: who manages its certificates is immutable",
+        "spec",
+    )
+    rejected(
+        patch(
+            kube_api,
+            namespace,
+            resource,
+            "plain",
+            {"spec": {"tls": {"client": {**issuer, **own_client}}}},
+        ),
+        "issuerRef and serverSecretName/operatorSecretName exclude each other",
+        "spec.tls.client",
+    )
+    accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": None}}))
     accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": {"client": {}}}}))
     accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": None}}))
     accepted(patch(kube_api, namespace, resource, "plain", {"spec": {"tls": {"peer": {}}}}))

@@ -17,6 +17,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
     issue_leaf,
     new_ca,
 )
+from certmanagerhelpers import CertManager
 from kubehelpers import CLUSTERS, PEERS, wait_until
 from securityhelpers import (
     InPodClient,
@@ -345,3 +346,52 @@ def test_the_ca_of_the_users_own_peer_secret_rotated_in_place_loses_no_write(etc
     assert etcd_cluster.member_ids() == ids, "members keep their IDs"
     # Each EtcdPeer keeps the last bundle's fingerprint: removing it would restart the member.
     assert len({p["spec"]["tls"]["peer"]["trust"] for p in etcd_cluster.peers()}) == 1
+
+
+def test_a_cluster_signed_by_a_cert_manager_issuer_serves_its_certificates(etcd_cluster, tmp_path):
+    """spec.tls.<part>.issuerRef with cert-manager's real controllers: the operator writes the
+    Certificates, cert-manager the Secrets; only clients with a certificate from the issuer's CA
+    are served, and a certificate cert-manager issues again is taken without a restart."""
+    kube, namespace, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    with CertManager(kube, namespace, tmp_path) as cert_manager:
+        issuer = cert_manager.ca_issuer("etcd-ca", "etcd CA from cert-manager")
+        manifest = etcd_cluster.manifest(3)
+        reference = {"issuerRef": {"name": issuer}}
+        manifest["spec"]["tls"] = {"client": reference, "peer": reference}
+        kube.apply(manifest)
+        status = etcd_cluster.wait_available(3, timeout=240)
+        for suffix in ("server-tls", "operator-tls", "client-tls", "peer-tls"):
+            assert cert_manager.ready("certificate", f"{name}-{suffix}"), suffix
+        assert not kube.exists("secret", f"{name}-client-ca", namespace), "no CA of the operator's"
+        ca = secret_files(kube, namespace, "etcd-ca-ca")["tls.crt"]
+        app = secret_files(kube, namespace, f"{name}-client-tls")
+        assert app["ca.crt"] == ca
+        assert set(status["tls"]["ownTrust"]) == {"client", "peer"}
+
+        pod = etcd_cluster.pod_of(f"{name}-0")
+        client = InPodClient(kube, namespace, pod["metadata"]["name"], name)
+        client.install("/tmp/app", app)
+        put = client.etcdctl_once_reachable("/tmp/app", "put", "issued-by", "cert-manager")
+        assert put.returncode == 0, put.stderr
+        refused = client.etcdctl("/tmp/app", "get", "issued-by", with_certificate=False)
+        assert refused.returncode != 0 and "cert-manager" not in refused.stdout
+
+        # cert-manager issues the peer certificate again (its Secret deleted): the health watch
+        # has it checked, and the same CA signed it, so no member restarts.
+        pods = {p["metadata"]["uid"] for p in etcd_cluster.pods()}
+        before = secret_files(kube, namespace, f"{name}-peer-tls")["tls.crt"]
+        kube("delete", "secret", f"{name}-peer-tls", "-n", namespace)
+
+        def reissued_and_checked():
+            if not kube.exists("secret", f"{name}-peer-tls", namespace):
+                return False
+            current = kube.get("secret", f"{name}-peer-tls", namespace)["metadata"]
+            tls = etcd_cluster.get()["status"].get("tls", {})
+            recorded = {c["secretName"]: c.get("resourceVersion") for c in tls["certificates"]}
+            return recorded.get(f"{name}-peer-tls") == current["resourceVersion"]
+
+        wait_until("the new peer certificate checked", reissued_and_checked, 120)
+        assert secret_files(kube, namespace, f"{name}-peer-tls")["tls.crt"] != before
+        etcd_cluster.wait_available(3, timeout=60)
+        assert etcd_cluster.condition("Degraded").get("status") == "False"
+        assert {p["metadata"]["uid"] for p in etcd_cluster.pods()} == pods, "nothing restarted"

@@ -163,20 +163,18 @@ def test_watch_namespace_is_read_as_ansible_operator_reads_it():
 
 
 def with_own_secrets(c, recorded):
-    c["spec"]["tls"] = {
-        "client": {"serverSecretName": "srv", "operatorSecretName": "op"},
-        "peer": {"secretName": "peer"},
-    }
+    # The operator records a resourceVersion only for Secrets it does not write itself.
     c["status"]["tls"] = {
         "certificates": [
-            {"secretName": name, "resourceVersion": version} for name, version in recorded.items()
+            {"secretName": name, **({"resourceVersion": version} if version else {})}
+            for name, version in recorded.items()
         ]
     }
     return c
 
 
 def test_the_users_own_tls_secrets_are_compared_with_what_the_last_check_saw():
-    recorded = {"srv": "10", "op": "11", "peer": "12", "c-client-ca": "13"}
+    recorded = {"srv": "10", "op": "11", "peer": "12", "c-client-ca": ""}
     assert own_secret_versions(with_own_secrets(cluster(), recorded)) == {
         "srv": "10",
         "op": "11",
