@@ -10,6 +10,8 @@ Cluster:
 
 Operator (medians over --runs, every sample in the result file):
 - operator: create 3 -> Available, scale 3 -> 5 -> Available, scale 5 -> 3 -> Available.
+- operator_tls: the operator lifecycle of a cluster with operator-managed client and peer TLS,
+  alternated with the same without TLS in one run (ratios against it).
 - operator_settled: scale 3 -> 5 -> Available and 5 -> 3 -> Available of clusters Available for
   8 s (past etcd's 5 s strict reconfiguration window that operator's scales often wait for).
 - operator_under_load: the same while a client writes 10 puts/s through a client Service (to
@@ -460,11 +462,16 @@ def new_driver(kube: Kube, name: str = "bench") -> EtcdClusterDriver:
 ETCD_RECONFIG_WINDOW_SECONDS = 5
 
 
-def lifecycle_once(kube: Kube, load: EtcdClusterDriver | None = None, settle: float = 0.0) -> tuple:
+def lifecycle_once(
+    kube: Kube,
+    load: EtcdClusterDriver | None = None,
+    settle: float = 0.0,
+    driver_class: type = EtcdClusterDriver,
+) -> tuple:
     """create 3, scale to 5, scale to 3; with ``load``, a writer keeps 10 puts/s going (to the
     load cluster during the create, to this cluster during the scales); each scale starts
     ``settle`` seconds after the previous change was Available."""
-    driver = new_driver(kube)
+    driver = driver_class(kube, fresh_namespace(kube), name="bench")
     outcomes = {}
     with Writer(load.client_endpoint()) if load else contextlib.nullcontext() as writer:
         create = timed(lambda: driver.create(3), lambda: driver.wait_available(3, timeout=300))
@@ -494,6 +501,28 @@ def bench_operator(kube: Kube, runs: int) -> None:
     record("operator_create", [r[0] for r in results], "<= 12 s (issue 6)", floor=floor)
     record("operator_scale_3_to_5", [r[1] for r in results], "<= 10 s (issue 6)")
     record("operator_scale_5_to_3", [r[2] for r in results], "<= 10 s (issue 6)")
+
+
+def bench_operator_tls(kube: Kube, runs: int) -> None:
+    """The lifecycle of a cluster with operator-managed client and peer TLS against the same
+    without, alternated in one run so that both see the same machine."""
+    deploy_operator(kube)
+    plain, tls = [], []
+    for _ in range(runs):
+        plain.append(lifecycle_once(kube))
+        tls.append(lifecycle_once(kube, driver_class=TLSClusterDriver))
+    goal = "<= 1.2x the same without TLS (issues 17 and 20)"
+    for index, name in enumerate(("create", "scale_3_to_5", "scale_5_to_3")):
+        baseline = statistics.median(r[index] for r in plain)
+        samples = [r[index] for r in tls]
+        record(
+            f"operator_tls_{name}",
+            samples,
+            goal,
+            without_tls=[round(r[index], 3) for r in plain],
+            without_tls_median=round(baseline, 3),
+            ratio=round(statistics.median(samples) / baseline, 2),
+        )
 
 
 def bench_operator_settled(kube: Kube, runs: int) -> None:
@@ -2524,6 +2553,7 @@ BENCHMARKS = {
     "operator": bench_operator,
     "operator_under_load": bench_operator_under_load,
     "operator_settled": bench_operator_settled,
+    "operator_tls": bench_operator_tls,
     "recovery": bench_recovery,
     "detection": bench_detection,
     "burst": bench_burst,
