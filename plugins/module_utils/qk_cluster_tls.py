@@ -539,25 +539,27 @@ def _check_own_client(manager, client, replicas, known, members):
             for p in problems
         )
         signed.append((client["operatorSecretName"], operator))
-    _ensure_own_trust(manager, "client", client["secretName"], signed, known, members)
+    _ensure_own_trust(
+        manager, "client", client["secretName"], signed, known, members, issued=issued
+    )
 
 
 def _check_own_peer(manager, peer, replicas, known, members):
     """The peer Secret that the operator does not write, as _check_own_client."""
+    issued = "issuer" in peer
     files = manager.check_own(
         peer["secretName"],
         "peer",
         dns_names=names_to_cover(manager.network, replicas, client=False),
         server=True,
         client=True,
-        field_path="spec.tls.peer." + ("issuerRef" if "issuer" in peer else "secretName"),
+        field_path="spec.tls.peer." + ("issuerRef" if issued else "secretName"),
     )
     if not files:
         _keep_own_trust(manager, "peer", known)
         return
-    _ensure_own_trust(
-        manager, "peer", peer["secretName"], [(peer["secretName"], files)], known, members
-    )
+    signed = [(peer["secretName"], files)]
+    _ensure_own_trust(manager, "peer", peer["secretName"], signed, known, members, issued=issued)
 
 
 def _ensure_managed(manager, part, ca_name, ca_subject, leaves, rotate_for, members):
@@ -601,11 +603,12 @@ def _ensure_managed(manager, part, ca_name, ca_subject, leaves, rotate_for, memb
     del manager.report.trust[part], manager.report.rotation[part]
 
 
-def _ensure_own_trust(manager, part, secret, signed, known, members):
+def _ensure_own_trust(manager, part, secret, signed, known, members, *, issued=False):
     """Follow the user's own Secrets of ``part`` (client or peer) as they change in place or
     are replaced: ``secret`` holds the ca.crt members trust, ``signed`` is each ``(Secret name,
     files)`` whose certificate members must accept (the one they present first). ``known`` is
-    the last report's ``{bundle, trustedByAll, signers, pinned, pending}``.
+    the last report's ``{bundle, trustedByAll, signers, pinned, pending}``; ``issued``: the
+    Secrets are cert-manager's (spec.tls.<part>.issuerRef).
 
     etcd loads its trusted CAs once, at start, and its own certificate again for each new
     connection (the kubelet refreshes a Secret's files in the pod). So, without downtime:
@@ -632,8 +635,8 @@ def _ensure_own_trust(manager, part, secret, signed, known, members):
             "pending": False,
         }
         return
-    field_path = (
-        "spec.tls.client.serverSecretName" if part == "client" else "spec.tls.peer.secretName"
+    field_path = f"spec.tls.{part}." + (
+        "issuerRef" if issued else "serverSecretName" if part == "client" else "secretName"
     )
     problems = []
     trusted = set(known.get("trustedByAll") or ())
@@ -663,7 +666,7 @@ def _ensure_own_trust(manager, part, secret, signed, known, members):
     entry = dict(known)
     if fingerprint != known.get("bundle"):
         # Restarted with the new bundle or not, every member trusts what both bundles hold.
-        entry.update(bundle=fingerprint, trustedByAll=[c for c in trusted if c in cas], pinned=True)
+        entry.update(bundle=fingerprint, trustedByAll=[c for c in cas if c in trusted], pinned=True)
         restarting = True
     else:
         restarting = set(entry.get("trustedByAll") or ()) != set(cas)
