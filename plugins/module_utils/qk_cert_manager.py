@@ -101,6 +101,9 @@ def ensure(
     to be Ready. Returns ``(changed names, problems)``: a problem per Certificate that is not
     Ready in time (with cert-manager's reason), or one saying cert-manager is not installed."""
     changed = []
+    # What each Certificate said when last read: one already there and unchanged is not read
+    # again (a steady cluster's check costs one GET per Certificate).
+    states: dict[str, tuple[bool, str]] = {}
     for obj in wanted:
         name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
         try:
@@ -111,6 +114,8 @@ def ensure(
             elif not _says(existing.get("spec") or {}, obj["spec"]):
                 kube.patch(CERTIFICATE_API, "Certificate", name, {"spec": obj["spec"]}, namespace)
                 changed.append(name)
+            else:
+                states[name] = ready(existing)
         except KubeError as exc:
             # A Certificate that cannot be created for want of its kind: no cert-manager CRDs.
             if exc.not_found:
@@ -118,15 +123,10 @@ def ensure(
             raise
     deadline = clock() + wait_seconds
     while True:
-        states = {
-            obj["metadata"]["name"]: ready(
-                kube.get(
-                    CERTIFICATE_API, "Certificate", obj["metadata"]["name"],
-                    obj["metadata"]["namespace"],
-                )
-            )
-            for obj in wanted
-        }  # fmt: skip
+        for obj in wanted:
+            name, namespace = obj["metadata"]["name"], obj["metadata"]["namespace"]
+            if not states.get(name, (False, ""))[0]:
+                states[name] = ready(kube.get(CERTIFICATE_API, "Certificate", name, namespace))
         waiting = {name: why for name, (done, why) in states.items() if not done}
         if not waiting or clock() >= deadline:
             break
