@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from backuphelpers import moto_server, s3_client
-from kubehelpers import CACHE, CLUSTERS, PEERS, ROOT, wait_until
+from kubehelpers import CACHE, CLUSTERS, PEERS, ROOT, WaitTimeout, wait_until
 from objectstores import object_stores  # noqa: F401 - the session fixture, for every e2e test
 
 OPERATOR_NAMESPACE = "quorumkeeper-system"
@@ -130,7 +130,55 @@ class EtcdClusterDriver:
             )
             return ok and status
 
-        return wait_until(f"{self.name} Available with {members} members", available, timeout)
+        try:
+            return wait_until(f"{self.name} Available with {members} members", available, timeout)
+        except WaitTimeout as timeout_error:
+            raise WaitTimeout(f"{timeout_error}\n{self.describe()}") from None
+
+    def describe(self) -> str:
+        """What a failed wait needs to be understood: conditions, members, the last Events."""
+        try:
+            cluster = self.get()
+            events = self.kube.run(
+                "get",
+                "events",
+                "-n",
+                self.namespace,
+                "--sort-by=.lastTimestamp",
+                "-o",
+                "custom-columns=AT:.lastTimestamp,TYPE:.type,REASON:.reason,"
+                "OBJECT:.involvedObject.name,MESSAGE:.message",
+                check=False,
+            ).stdout
+        except (subprocess.SubprocessError, AssertionError) as error:
+            return f"(could not describe the cluster: {error})"
+        status = cluster.get("status", {})
+        lines = [
+            f"generation {cluster['metadata']['generation']}, "
+            f"observedGeneration {status.get('observedGeneration')}, phase {status.get('phase')}"
+        ]
+        lines += [
+            f"condition {c['type']}={c['status']} {c.get('reason')}: {c.get('message', '')[:300]}"
+            for c in status.get("conditions", [])
+        ]
+        lines += [f"member {json.dumps(m, sort_keys=True)}" for m in status.get("members", [])]
+        lines += ["events:", *events.splitlines()[-25:]]
+        operator_log = self.kube.run(
+            "logs",
+            "-n",
+            OPERATOR_NAMESPACE,
+            "deployment/quorumkeeper-controller-manager",
+            "--tail=3000",
+            check=False,
+            timeout=60,
+        ).stdout
+        mentions = [
+            line[:400]
+            for line in operator_log.splitlines()
+            if self.namespace in line and "[playbook task start]" not in line
+        ]
+        lines += ["operator log about this namespace:", *mentions[-15:]]
+        return "\n".join(lines)
 
     def client_endpoint(self) -> str:
         service = self.kube.get("service", f"{self.name}-client", self.namespace)
