@@ -201,6 +201,13 @@ issued:
   type: list
   elements: dict
   returned: always
+events:
+  description: One Event (C(reason), C(message)) per entry of I(issued) - C(CertificateIssued),
+    C(CertificateRenewed), C(CARotation) or C(CertificateTrustUpdated) - for the caller to record
+    with the others it writes.
+  type: list
+  elements: dict
+  returned: always
 problems:
   description: What is wrong with the certificates, one sentence each naming the Secret; the
     cluster must not start members while there are any.

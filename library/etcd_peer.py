@@ -33,6 +33,9 @@ options:
     description:
       - Several members at once (each with its I(name) and optional I(spec)), all with the
         other options given; saves a module run per member when a cluster starts.
+      - With C(state=present) the members are made side by side (a connection each), so the
+        last member's pod is created about as soon as the first one's; with C(absent) one
+        after the other.
     type: list
     elements: dict
     suboptions:
@@ -154,6 +157,8 @@ deleting:
   returned: when true
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import API_VERSION
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
@@ -187,6 +192,37 @@ ARGUMENT_SPEC = {
 }
 
 
+FAILURES = (KubeConfigError, KubeError, ValueError)
+
+
+def ensure_present_side_by_side(module, p, members):
+    """Each member's objects made in a thread of its own, with its own connections (a client
+    keeps one connection, not to be shared): about 7 API calls per member, which one after the
+    other delayed the last member's pod by a second when a cluster starts. Returns the results
+    in the members' order, or raises the first member's failure (with its name)."""
+
+    def present(wanted):
+        cached, direct = operator_clients(p)
+        params = dict(p, name=wanted["name"], spec=wanted.get("spec"))
+        return Member(module, cached, direct, params).present()
+
+    with ThreadPoolExecutor(max_workers=len(members)) as pool:
+        futures = [pool.submit(present, wanted) for wanted in members]
+    results = []
+    for wanted, future in zip(members, futures, strict=True):
+        try:
+            results.append(future.result())
+        except FAILURES as exc:
+            raise MemberFailed(wanted["name"], exc) from exc
+    return results
+
+
+class MemberFailed(Exception):
+    def __init__(self, name, error):
+        super().__init__(str(error))
+        self.name = name
+
+
 def main():
     module = AnsibleModule(
         argument_spec=ARGUMENT_SPEC,
@@ -198,12 +234,17 @@ def main():
     members = p["members"] or [{"name": p["name"], "spec": p["spec"]}]
     results, wanted = [], members[0]
     try:
-        cached, direct = operator_clients(p)
-        for wanted in members:
-            params = dict(p, name=wanted["name"], spec=wanted.get("spec"))
-            member = Member(module, cached, direct, params)
-            results.append(member.present() if p["state"] == "present" else member.absent())
-    except (KubeConfigError, KubeError, ValueError) as exc:
+        if p["state"] == "present" and len(members) > 1:
+            results = ensure_present_side_by_side(module, p, members)
+        else:
+            cached, direct = operator_clients(p)
+            for wanted in members:
+                params = dict(p, name=wanted["name"], spec=wanted.get("spec"))
+                member = Member(module, cached, direct, params)
+                results.append(member.present() if p["state"] == "present" else member.absent())
+    except MemberFailed as exc:
+        module.fail_json(msg=f"member {p['namespace']}/{exc.name}: {exc}")
+    except FAILURES as exc:
         module.fail_json(msg=f"member {p['namespace']}/{wanted['name']}: {exc}")
     if p["members"]:
         module.exit_json(changed=any(r["changed"] for r in results), members=results)

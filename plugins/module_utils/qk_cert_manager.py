@@ -32,6 +32,7 @@ USAGES = {
     "peer": ["digital signature", "key encipherment", "server auth", "client auth"],
     "operator": ["digital signature", "key encipherment", "client auth"],
     "client": ["digital signature", "key encipherment", "client auth"],
+    "user": ["digital signature", "key encipherment", "client auth"],
 }
 
 

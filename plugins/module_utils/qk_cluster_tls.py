@@ -28,6 +28,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     client_service_name,
     member_labels,
     peer_name,
+    user_certificate_secret_name,
     user_secret_name,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import secret_data
@@ -213,7 +214,30 @@ class TLSReport:
     own_trust: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "events": certificate_events(self.issued)}
+
+
+def certificate_event_reason(reason: str) -> str:
+    """The Event reason for what happened to a certificate (``issued``'s ``reason``)."""
+    if reason == "renewed":
+        return "CertificateRenewed"
+    if reason.startswith("rotat"):
+        return "CARotation"
+    if reason.startswith("trust"):
+        return "CertificateTrustUpdated"
+    return "CertificateIssued"
+
+
+def certificate_events(issued: list) -> list:
+    """One Event per certificate issued, renewed or rotated, for the round's report to write
+    with its own (one task, not one per certificate)."""
+    return [
+        {
+            "reason": certificate_event_reason(item["reason"]),
+            "message": f"Secret {item['secret']}: certificate {item['reason']}",
+        }
+        for item in issued
+    ]
 
 
 def _encode(files: dict) -> dict:
@@ -491,8 +515,8 @@ def ensure_certificates(
             manager, "client", names["client_ca"], f"{cluster} etcd client CA", leaves,
             rotate_for, members,
         )  # fmt: skip
-    elif client and _issued_by_cert_manager(manager, "client", client, replicas, own_trust):
-        _check_own_client(manager, client, replicas, own_trust.get("client"), members)
+    elif client and _issued_by_cert_manager(manager, "client", client, replicas, own_trust, users):
+        _check_own_client(manager, client, replicas, own_trust.get("client"), members, users)
     peer = resolved.get("peer")
     if peer and peer["managed"]:
         leaves = [(names["peer"], "peer", cluster, members_names, True)]
@@ -506,9 +530,10 @@ def ensure_certificates(
     return manager.report
 
 
-def _check_own_client(manager, client, replicas, known, members):
+def _check_own_client(manager, client, replicas, known, members, users=()):
     """The client part's Secrets that the operator does not write (the user's, or
-    cert-manager's), checked, and followed as they change (_ensure_own_trust)."""
+    cert-manager's), checked, and followed as they change (_ensure_own_trust). With an issuer,
+    the ``users``' certificates too (cert-manager writes them; the user's own Secrets have none)."""
     issued = "issuer" in client
     server = manager.check_own(
         client["secretName"],
@@ -525,20 +550,32 @@ def _check_own_client(manager, client, replicas, known, members):
         client=True,
         field_path="spec.tls.client." + ("issuerRef" if issued else "operatorSecretName"),
     )
-    if not (server and operator):
+    clients = [(client["operatorSecretName"], operator)]
+    for user in users if issued else ():
+        name = user_certificate_secret_name(manager.network.cluster, user)
+        clients.append(
+            (
+                name,
+                manager.check_own(
+                    name, "user", server=False, client=True, field_path="spec.tls.client.issuerRef"
+                ),
+            )
+        )
+    if not (server and all(files for _, files in clients)):
         _keep_own_trust(manager, "client", known)
         return
     signed = [(client["secretName"], server)]
     if client["clientCertAuth"]:
         # Members check client certificates against their own Secret's ca.crt.
-        problems = _certs().certificate_problems(operator[CERT_KEY], None, server[CA_KEY])
-        manager.report.problems.extend(
-            f"spec.tls.client.operatorSecretName: Secret {client['operatorSecretName']}: "
-            f"the members check client certificates against ca.crt of Secret "
-            f"{client['secretName']}: {p}"
-            for p in problems
-        )
-        signed.append((client["operatorSecretName"], operator))
+        for name, files in clients:
+            problems = _certs().certificate_problems(files[CERT_KEY], None, server[CA_KEY])
+            field = "issuerRef" if issued else "operatorSecretName"
+            manager.report.problems.extend(
+                f"spec.tls.client.{field}: Secret {name}: the members check client "
+                f"certificates against ca.crt of Secret {client['secretName']}: {p}"
+                for p in problems
+            )
+        signed.extend(clients)
     _ensure_own_trust(
         manager, "client", client["secretName"], signed, known, members, issued=issued
     )
@@ -686,10 +723,11 @@ def _ensure_own_trust(manager, part, secret, signed, known, members, *, issued=F
         manager.report.trust[part] = fingerprint
 
 
-def _issued_by_cert_manager(manager, part, resolved_part, replicas, own_trust) -> bool:
-    """For a part with a cert-manager issuer: create or correct its Certificates and wait a
-    little for them to be issued. False (and a problem) while they are not, or cert-manager is
-    not there; True when the Secrets are there to check, and for a part without an issuer."""
+def _issued_by_cert_manager(manager, part, resolved_part, replicas, own_trust, users=()) -> bool:
+    """For a part with a cert-manager issuer: create or correct its Certificates (for the
+    client part, one per etcd user of ``users`` too, CN the user) and wait a little for them to
+    be issued. False (and a problem) while they are not, or cert-manager is not there; True
+    when the Secrets are there to check, and for a part without an issuer."""
     issuer = resolved_part.get("issuer")
     if not issuer or not manager.issue:
         return True
@@ -704,6 +742,7 @@ def _issued_by_cert_manager(manager, part, resolved_part, replicas, own_trust) -
             (names["server"], "server", cluster, names_to_cover(network, replicas, client=True)),
             (names["operator"], "operator", OPERATOR_USER, ()),
             (names["client"], "client", f"{cluster}-client", ()),
+            *[(user_certificate_secret_name(cluster, u), "user", u, ()) for u in users],
         ]
     else:
         wanted = [(names["peer"], "peer", cluster, names_to_cover(network, replicas, client=False))]

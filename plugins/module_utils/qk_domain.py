@@ -107,6 +107,13 @@ def user_secret_name(cluster: str, user: str) -> str:
     return f"{cluster}-user-{user}"
 
 
+def user_certificate_secret_name(cluster: str, user: str) -> str:
+    """The Secret cert-manager writes an etcd user's client certificate to, for a cluster whose
+    client certificates come from an issuer: its own, since a Secret cert-manager writes must be
+    of type kubernetes.io/tls and the user's credentials Secret may be one the user made."""
+    return f"{cluster}-usercert-{user}"
+
+
 # --------------------------------------------------------------------------------------------
 # Addresses
 # --------------------------------------------------------------------------------------------

@@ -45,6 +45,17 @@ def test_tls_cluster_accepts_only_clients_with_its_certificates(etcd_cluster):
     purposes = {c["purpose"] for c in status["tls"]["certificates"]}
     assert purposes == {"ca", "server", "peer", "client", "operator"}
     assert all(c["notAfter"] > c["renewalTime"] for c in status["tls"]["certificates"])
+    # One Event per Secret written, recorded with the cluster's other Events.
+    issued = etcd_cluster.kube(
+        "get",
+        "events",
+        "-n",
+        namespace,
+        "--field-selector=reason=CertificateIssued",
+        "-o",
+        "jsonpath={.items[*].message}",
+    )
+    assert all(f"Secret {name}-{suffix}:" in issued for suffix in MANAGED_SECRETS), issued
 
     # Learners join and are promoted over TLS, with https peer URLs.
     etcd_cluster.scale(3)
@@ -395,3 +406,29 @@ def test_a_cluster_signed_by_a_cert_manager_issuer_serves_its_certificates(etcd_
         etcd_cluster.wait_available(3, timeout=60)
         assert etcd_cluster.condition("Degraded").get("status") == "False"
         assert {p["metadata"]["uid"] for p in etcd_cluster.pods()} == pods, "nothing restarted"
+
+        # An etcd user of spec.auth gets its client certificate from the issuer (CN the user):
+        # it may write under its prefix and nowhere else, with no password.
+        billing = {
+            "name": "billing",
+            "permissions": [{"keyPrefix": "/billing/", "access": "readwrite"}],
+        }
+        etcd_cluster.patch_spec(auth={"users": [billing]})
+
+        def auth_applied():
+            auth = etcd_cluster.get().get("status", {}).get("auth") or {}
+            applied = etcd_cluster.condition("AuthApplied").get("status") == "True"
+            return (
+                applied
+                and auth.get("enabled")
+                and [u["name"] for u in auth["users"]] == ["billing"]
+            )
+
+        wait_until("spec.auth applied with the user billing", auth_applied, 120)
+        assert cert_manager.ready("certificate", f"{name}-usercert-billing")
+        user = secret_files(kube, namespace, f"{name}-usercert-billing")
+        client.install("/tmp/billing", user)
+        put = client.etcdctl_once_reachable("/tmp/billing", "put", "/billing/invoice-1", "42")
+        assert put.returncode == 0, put.stderr
+        outside = client.etcdctl("/tmp/billing", "put", "/payroll/x", "1")
+        assert outside.returncode != 0 and "permission denied" in outside.stderr, outside

@@ -136,6 +136,30 @@ def test_peer_is_created_with_an_unowned_annotated_claim_and_an_owned_replicaset
     assert not res["failed"] and res["changed"] is False, res
 
 
+def test_several_members_are_made_side_by_side_each_complete_once(kube, run_module):
+    names = ("m-0", "m-1", "m-2")
+    members = [{"name": n, "spec": peer_spec(n, members=names)} for n in names]
+    base = {"namespace": kube.namespace, "kubeconfig": str(kube.kubeconfig), "members": members}
+    res = run_module("etcd_peer", base)
+    assert not res["failed"], res.get("msg")
+    assert [r["created"] for r in res["members"]] == [
+        ["EtcdPeer", "PersistentVolumeClaim", "ReplicaSet"]
+    ] * 3
+    for name in names:
+        claim = get(kube, "pvc", name)
+        assert get(kube, "etcdpeer", name)["status"]["pvcUID"] == claim["metadata"]["uid"]
+        assert get(kube, "replicaset", name)["metadata"]["ownerReferences"][0]["name"] == name
+
+    again = run_module("etcd_peer", base)
+    assert not again["failed"] and again["changed"] is False, again
+
+    # One member that cannot be made is named; the others are made all the same.
+    broken = [dict(members[0], spec={**members[0]["spec"], "storage": {}}), *members[1:]]
+    kube("delete", "etcdpeer", "m-0", "-n", kube.namespace, "--wait=true")
+    failed = run_module("etcd_peer", {**base, "members": broken})
+    assert failed["failed"] and f"member {kube.namespace}/m-0:" in failed["msg"], failed
+
+
 def test_peer_repairs_its_replicaset_and_follows_its_spec(kube, run_module):
     assert not run_peer(run_module, kube, spec=peer_spec("m-0"))["failed"]
     kube("delete", "replicaset", "m-0", "-n", kube.namespace, "--wait=true")

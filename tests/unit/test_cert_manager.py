@@ -187,3 +187,42 @@ def test_without_cert_manager_a_cluster_with_an_issuer_says_so_and_writes_no_sec
     report = ensure_certificates(CertificateManager(api, NETWORK, None), resolved, 3)
     assert report.problems == [NOT_INSTALLED]
     assert not [key for key in api.objects if key[0] == "Secret"]
+
+
+def test_with_an_issuer_each_etcd_user_gets_a_certificate_of_its_own_checked_like_the_rest():
+    api = FakeAPI()
+    resolved = resolve("c", {"client": {"issuerRef": ISSUER}})
+    report = ensure_certificates(
+        CertificateManager(api, NETWORK, None), resolved, 3, users=["billing"]
+    )
+    assert report.problems == []
+    certificate = api.objects[("Certificate", "c-usercert-billing")]
+    assert certificate["spec"]["commonName"] == "billing"
+    assert "server auth" not in certificate["spec"]["usages"]
+    records = {c["secretName"]: c for c in report.certificates}
+    assert records["c-usercert-billing"]["purpose"] == "user"
+    assert records["c-usercert-billing"]["subject"] == "billing"
+
+    # A user's certificate from a CA the members do not trust is refused like the operator's.
+    other, other_key = new_ca("not the issuer's CA")
+    cert, key = issue_leaf(other, other_key, "billing", server=False, client=True)
+    files = {"tls.crt": cert, "tls.key": key, "ca.crt": other}
+    api.objects[("Secret", "c-usercert-billing")]["data"] = {
+        k: base64.b64encode(v.encode()).decode() for k, v in files.items()
+    }
+    again = ensure_certificates(
+        CertificateManager(api, NETWORK, None), resolved, 3, users=["billing"]
+    )
+    assert any(
+        p.startswith("spec.tls.client.issuerRef: Secret c-usercert-billing:")
+        for p in again.problems
+    ), again.problems
+
+    # The user's own Secrets (no issuer) carry no user certificates: nothing is asked of them.
+    own = ensure_certificates(
+        CertificateManager(api, NETWORK, None),
+        resolve("c", {"client": {"serverSecretName": "c-server-tls",
+                                 "operatorSecretName": "c-operator-tls"}}),
+        3, users=["billing"],
+    )  # fmt: skip
+    assert not [p for p in own.problems if "usercert" in p], own.problems

@@ -119,6 +119,7 @@ def test_manager_issues_every_secret_once_and_writes_the_operator_files(tmp_path
     resolved = resolve("c", {"client": {}, "peer": {}})
     report = ensure_certificates(CertificateManager(store, NETWORK, None), resolved, 3)
     assert report.problems == []
+    assert {e["reason"] for e in report.as_dict()["events"]} == {"CertificateIssued"}
     assert {i["secret"] for i in report.issued} == {
         "c-client-ca", "c-server-tls", "c-client-tls", "c-operator-tls", "c-peer-ca", "c-peer-tls"
     }  # fmt: skip
@@ -155,6 +156,9 @@ def test_manager_renews_a_leaf_past_two_thirds_of_its_validity():
     store.put("c-peer-tls", {"tls.crt": cert, "tls.key": key, "ca.crt": ca["tls.crt"]})
     report = ensure_certificates(CertificateManager(store, NETWORK, None), resolved, 3)
     assert report.issued == [{"secret": "c-peer-tls", "reason": "renewed"}]
+    assert report.as_dict()["events"] == [
+        {"reason": "CertificateRenewed", "message": "Secret c-peer-tls: certificate renewed"}
+    ]
     assert store.files("c-peer-tls")["tls.crt"] != cert
 
 
