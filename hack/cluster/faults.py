@@ -88,14 +88,22 @@ def list_pods(state=None) -> list[dict]:
     return out
 
 
-def find_pod(namespace: str, name: str, state=None) -> dict:
-    """The newest pod.json for namespace/name (a re-created pod has a new uid)."""
-    matches = [
-        p for p in list_pods(state) if p.get("namespace") == namespace and p.get("name") == name
-    ]
+def find_pod(namespace: str, name: str, state=None, wait_seconds: float = 10) -> dict:
+    """The newest pod.json for namespace/name (a re-created pod has a new uid). A pod the API
+    server already shows may take a moment to be found here (CI once missed the operator's pod,
+    Running and ready, in one listing): looked for again for up to ``wait_seconds``."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        pods = list_pods(state)
+        matches = [p for p in pods if p.get("namespace") == namespace and p.get("name") == name]
+        if matches or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
     if not matches:
+        known = sorted(p.get("name", "?") for p in pods if p.get("namespace") == namespace)
         raise FaultError(
-            f"pod {namespace}/{name} is not known to any node agent under {nodes_dir(state)}"
+            f"pod {namespace}/{name} is not known to any node agent under {nodes_dir(state)} "
+            f"after {wait_seconds:.0f} s (pods of {namespace} there: {', '.join(known) or 'none'})"
         )
     matches.sort(key=lambda p: p.get("updatedAt", ""))
     return matches[-1]

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -200,3 +201,15 @@ def test_recycled_pid_is_not_the_agent(state):
     assert not faults.node_running("node-1", state=root)
     assert faults.stop_node("node-1", state=root) is False
     assert other.poll() is None
+
+
+def test_a_pod_the_node_agent_records_a_moment_later_is_found(state):
+    root, _ = state
+    late = threading.Timer(0.5, write_pod, (root, "node-3", "ns", "late", {"c": 0}))
+    late.start()
+    try:
+        assert faults.find_pod("ns", "late", state=root)["node"] == "node-3"
+    finally:
+        late.join()
+    with pytest.raises(faults.FaultError, match=r"pods of ns there: late"):
+        faults.find_pod("ns", "missing", state=root, wait_seconds=0.3)
