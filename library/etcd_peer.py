@@ -195,6 +195,14 @@ ARGUMENT_SPEC = {
 FAILURES = (KubeConfigError, KubeError, ValueError)
 
 
+class MemberFailed(Exception):
+    """One member's failure, with the member's name, from the members made side by side."""
+
+    def __init__(self, name, error):
+        super().__init__(str(error))
+        self.name = name
+
+
 def ensure_present_side_by_side(module, p, members):
     """Each member's objects made in a thread of its own, with its own connections (a client
     keeps one connection, not to be shared): about 7 API calls per member, which one after the
@@ -215,12 +223,6 @@ def ensure_present_side_by_side(module, p, members):
         except FAILURES as exc:
             raise MemberFailed(wanted["name"], exc) from exc
     return results
-
-
-class MemberFailed(Exception):
-    def __init__(self, name, error):
-        super().__init__(str(error))
-        self.name = name
 
 
 def main():

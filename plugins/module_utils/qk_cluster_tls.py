@@ -567,9 +567,9 @@ def _check_own_client(manager, client, replicas, known, members, users=()):
     signed = [(client["secretName"], server)]
     if client["clientCertAuth"]:
         # Members check client certificates against their own Secret's ca.crt.
+        field = "issuerRef" if issued else "operatorSecretName"
         for name, files in clients:
             problems = _certs().certificate_problems(files[CERT_KEY], None, server[CA_KEY])
-            field = "issuerRef" if issued else "operatorSecretName"
             manager.report.problems.extend(
                 f"spec.tls.client.{field}: Secret {name}: the members check client "
                 f"certificates against ca.crt of Secret {client['secretName']}: {p}"
