@@ -50,6 +50,9 @@ options:
       - After a step that started a member, its pod is usually ready within a second (a 1 s
         readiness probe); observing before that would report it not ready, and the readiness
         would take one more reconcile to be reported.
+      - The status of these members is given up after 1.5 s when their connection has not
+        been made, rather than after I(timeout), since a member that joined through a
+        snapshot serves clients only 7 s after it started.
     type: list
     elements: str
     default: []
@@ -465,7 +468,9 @@ def observe_etcd(p, peers):
     endpoints = [x["client_url"] for x in live]
     try:
         with etcd_client(profile.with_endpoints(endpoints)) as client:
-            info = client.cluster_info()
+            # The members the step just started may have joined through a snapshot: see
+            # statuses.
+            info = client.cluster_info(joining=p["wait_ready"])
             info["alarms"] = observe_alarms(client, info)
             return info
     except EtcdUnreachable as exc:

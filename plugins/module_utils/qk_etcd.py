@@ -68,10 +68,11 @@ LEADERLESS_GRACE_SECONDS = 2.0
 # answering, rather than the call's whole timeout (5 s, twice: linearizable, then serializable;
 # when no member connects, an observation took 12 s). A member cut off the network never
 # connects; a live one connects in milliseconds, however busy etcd is, since the TCP and TLS
-# handshakes do not wait for etcd's own work. Only the member list: any endpoint's answer will
-# do there. A member's status is its health, and a new member's DNS name can take seconds to
-# resolve: given up after 1.5 s, a member just added looked down to the observations of a
-# scale-up for 20-30 s (measured), so statuses keep the whole timeout.
+# handshakes do not wait for etcd's own work. The member list: any endpoint's answer will do
+# there. A member's status is its health, and a member that has just joined completes gRPC's
+# handshake only once it serves clients (up to 7 s after it started), so statuses keep the whole
+# timeout, unless the members that answer have no leader (no member joins then) or the caller
+# says which members have just joined (statuses).
 CONNECT_SECONDS = 1.5
 
 # etcdserverpb.AlarmType
@@ -115,13 +116,14 @@ class EtcdClient(EtcdSession):
             "is_learner": bool(m.isLearner),
         }
 
-    async def _unless_unconnected(self, endpoint, coro, seconds=CONNECT_SECONDS):
+    async def _unless_unconnected(self, endpoint, coro, seconds=CONNECT_SECONDS, give_up=None):
         """``coro``'s outcome; but if it is still running after ``seconds`` and the channel to
-        ``endpoint`` has not connected, ``NotConnected`` at once instead of its timeout."""
+        ``endpoint`` has not connected (and ``give_up()``, when given, says so then),
+        ``NotConnected`` at once instead of its timeout."""
         call = asyncio.ensure_future(coro)
         try:
             done, _ = await asyncio.wait({call}, timeout=seconds)
-            if not done:
+            if not done and (give_up is None or give_up()):
                 state = self._channel(endpoint).get_state()
                 if state != grpc.ChannelConnectivity.READY:
                     raise NotConnected(f"not connected within {seconds:g}s ({state.name.lower()})")
@@ -221,17 +223,44 @@ class EtcdClient(EtcdSession):
             for t in tasks
         ]
 
-    def statuses(self, members):
+    def statuses(self, members, joining=()):
         """Status of each member, asked through its own client URLs, concurrently.
 
         A member whose advertised URLs do not answer from here is then looked for among this
         client's own endpoints that are nobody's advertised URL, by the member ID in each answer's
         header: a caller outside the cluster network (a host without cluster DNS, where members
         advertise in-cluster names) reaches members only through the addresses it was given, and
-        a member that answers there is as alive as one answering on its advertised name.
+        a member that answers there is as alive as one answering on its advertised name. A
+        member that has not started (no client URLs yet) is not looked for: its status would not
+        be used, and asking the endpoints for it could take the whole timeout.
+
+        A status call whose channel has not connected after CONNECT_SECONDS is given up when
+        the members that did answer all say they have no leader: without a quorum no member is
+        joining, and a member cut off the network would otherwise cost every observation the
+        whole timeout (5 s of the 7 before a disaster recovery was decided). The same for the
+        members named in ``joining`` (names or IDs: members the caller has just added): a
+        member that joined through a snapshot (any cluster whose raft log was compacted, and
+        every one after a disaster recovery) completes gRPC's handshake only once its
+        publication through raft has timed out and been retried, 7 s after it started, and is
+        not healthy for clients until then; asking it for the whole timeout only delays the
+        answer.
         Returns ``[(status or None, errors)]`` in ``members`` order; a status's ``endpoint`` is
         the URL that answered.
         """
+        answered = []
+
+        def leaderless():
+            return bool(answered) and not any(a["leader_int"] for a in answered)
+
+        joining = set(joining)
+
+        async def ask(url, member=None):
+            new = member is not None and (member["id"] in joining or member["name"] in joining)
+            status = await self._unless_unconnected(
+                url, self._status(url), CONNECT_SECONDS, give_up=lambda: new or leaderless()
+            )
+            answered.append(status)
+            return status
 
         async def one(member):
             urls = member.get("client_urls") or []
@@ -240,7 +269,7 @@ class EtcdClient(EtcdSession):
             errs = []
             for url in urls:
                 try:
-                    return await self._status(url), errs
+                    return await ask(url, member), errs
                 except Exception as exc:  # noqa: BLE001 - reported to the user
                     errs.append(f"{url}: {describe_error(exc)}")
             return None, errs
@@ -248,9 +277,14 @@ class EtcdClient(EtcdSession):
         results = self._run(self._gather([one(m) for m in members]))
         advertised = {u.rstrip("/") for m in members for u in m.get("client_urls") or []}
         others = [ep for ep in self.endpoints if ep not in advertised]
-        if not others or all(st is not None for st, _ in results):
+        unanswered = [
+            m
+            for m, (st, _) in zip(members, results, strict=True)
+            if st is None and m.get("client_urls")
+        ]
+        if not others or not unanswered:
             return results
-        answers = self._run(self._gather([self._status(ep) for ep in others]))
+        answers = self._run(self._gather([ask(ep) for ep in others]))
         by_id = {}
         for answer in answers:
             if not isinstance(answer, BaseException):
@@ -284,10 +318,11 @@ class EtcdClient(EtcdSession):
         with urllib.request.urlopen(url, **kwargs) as resp:  # noqa: S310 - etcd client URL
             return json.loads(resp.read().decode("utf-8"))
 
-    def cluster_info(self):
-        """Members with health, leader, quorum. Raises ``EtcdUnreachable``."""
+    def cluster_info(self, joining=()):
+        """Members with health, leader, quorum (``joining``: as ``statuses`` takes it). Raises
+        ``EtcdUnreachable``."""
         members, answered_by, endpoint_errors = self.member_list()
-        results = self.statuses(members)
+        results = self.statuses(members, joining)
         statuses = []
         for m, (st, errs) in zip(members, results, strict=False):
             statuses.append(st)

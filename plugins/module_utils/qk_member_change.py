@@ -41,6 +41,8 @@ class Runner:
         self.client = client
         self.p = params or module.params
         self.result = {"changed": False, "actions": []}
+        # IDs of the members this module run promoted: see require_quorum.
+        self.promoted_here = set()
 
     def label(self):
         return self.p["name"] or self.p["id"] or ",".join(self.p["peer_urls"])
@@ -52,13 +54,28 @@ class Runner:
 
     def info(self):
         try:
-            return self.client.cluster_info()
+            return self.client.cluster_info(joining=self.promoted_here)
         except EtcdUnreachable as exc:
             self.fail(f"cannot reach etcd: {exc}")
 
     def require_quorum(self, info, what):
-        if not info["healthy"]:
-            q = info["quorum"]
+        """End the module unless the cluster has a leader and a quorum of healthy voting
+        members. A member this run promoted a moment ago counts as healthy while it does not
+        serve clients yet: etcd promoted it because it had caught up with the leader, and a
+        member that joined through a snapshot (any cluster whose raft log was compacted, and
+        every one after a disaster recovery) serves clients only once its own publication
+        through raft has timed out and been retried, 7 s after it started. Adding and
+        promoting the next caught-up member keeps whatever quorum the cluster has: the leader
+        that answers is the proof that it has one."""
+        publishing = [
+            m
+            for m in info["members"]
+            if m["id"] in self.promoted_here and not m["is_learner"] and not m["healthy"]
+        ]
+        q = info["quorum"]
+        if not info["healthy"] and not (
+            publishing and info["leader"] and q["healthy_voting"] + len(publishing) >= q["required"]
+        ):
             self.fail(
                 f"cannot {what}: the cluster has no quorum or no leader "
                 f"({q['healthy_voting']} healthy voting members of {q['voting']}, "

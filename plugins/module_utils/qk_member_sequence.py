@@ -44,6 +44,7 @@ class MemberSequence:
         self.p = module.params
         self.current = ""  # the member being worked on
         self.result = {"changed": False, self.done_key: [], "actions": []}
+        self.promoted = set()  # the IDs of the members this run promoted
 
     def fail(self, msg, runner=None):
         if runner is not None:
@@ -64,9 +65,12 @@ class MemberSequence:
             "update_peer_urls": False,
         }
         runner = Runner(self.module, self.client, params)
+        runner.promoted_here = self.promoted
         # Runner.fail ends the module with the runner's own result: add what was done before.
         runner.fail = lambda msg, **extra: self.fail(msg, runner)
         getattr(runner, state)()
+        if state == "promoted" and runner.result["changed"]:
+            self.promoted.add(runner.result["member"]["id"])
         self.result["actions"] += runner.result["actions"]
         self.result["changed"] |= runner.result["changed"]
         return runner.result

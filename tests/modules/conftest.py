@@ -3,7 +3,9 @@ object stores (moto, fake-gcs-server) with a bucket for the test."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -111,3 +113,23 @@ def gcs(request, gcs_endpoint):
     for blob in client.list_blobs(bucket_name):
         blob.delete()
     bucket.delete()
+
+
+@pytest.fixture
+def unconnectable_url():
+    """A URL no TCP connection to ever opens, as to a member cut off the network: a listening
+    socket whose accept queue is full, so that the kernel drops new connection requests."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(0)
+    port = server.getsockname()[1]
+    held = []
+    for _ in range(3):
+        client = socket.socket()
+        client.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            client.connect(("127.0.0.1", port))
+        held.append(client)
+    yield f"http://127.0.0.1:{port}"
+    for sock in (*held, server):
+        sock.close()
