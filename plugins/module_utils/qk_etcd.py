@@ -277,11 +277,9 @@ class EtcdClient(EtcdSession):
         results = self._run(self._gather([one(m) for m in members]))
         advertised = {u.rstrip("/") for m in members for u in m.get("client_urls") or []}
         others = [ep for ep in self.endpoints if ep not in advertised]
-        unanswered = [
-            m
-            for m, (st, _) in zip(members, results, strict=True)
-            if st is None and m.get("client_urls")
-        ]
+        unanswered = any(
+            st is None and m.get("client_urls") for m, (st, _) in zip(members, results, strict=True)
+        )
         if not others or not unanswered:
             return results
         answers = self._run(self._gather([ask(ep) for ep in others]))
