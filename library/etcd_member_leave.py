@@ -53,6 +53,12 @@ options:
     description: Seconds to wait for each member's pods to be gone.
     type: float
     default: 120
+  pod_grace_seconds:
+    description:
+      - Delete each member's pods with this grace period in seconds, once it has left etcd,
+        also those already terminating with a longer one (the kubelet then stops them sooner).
+        Omitted, the pods keep their own grace period.
+    type: int
 extends_documentation_fragment:
   - quorumkeeper.etcd.etcd_connection
   - quorumkeeper.etcd.etcd_connection.endpoints
@@ -127,6 +133,7 @@ ARGUMENT_SPEC = {
     "delete_data": {"type": "bool", "default": True},
     "move_leader": {"type": "bool", "default": True},
     "wait_timeout": {"type": "float", "default": 120},
+    "pod_grace_seconds": {"type": "int"},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,
 }

@@ -81,6 +81,12 @@ options:
     description: With C(state=absent), seconds to wait for the member's pods to be gone.
     type: float
     default: 120
+  pod_grace_seconds:
+    description:
+      - With C(state=absent), delete the member's pods with this grace period in seconds, also
+        those already terminating with a longer one (the kubelet then stops them sooner). For
+        members whose data is gone. Omitted, the pods keep their own grace period.
+    type: int
   settings:
     description:
       - Ports, data directory, grace period, default repository and default storage of the
@@ -186,6 +192,7 @@ ARGUMENT_SPEC = {
     "delete_data": {"type": "bool", "default": False},
     "update_image": {"type": "bool", "default": False},
     "wait_timeout": {"type": "float", "default": 120},
+    "pod_grace_seconds": {"type": "int"},
     "settings": {"type": "dict", "default": {}},
     "api_version": {"type": "str", "default": API_VERSION},
     **KUBE_CLIENT_ARGUMENT_SPEC,

@@ -74,6 +74,11 @@ LEADERLESS_GRACE_SECONDS = 2.0
 # timeout, unless the members that answer have no leader (no member joins then) or the caller
 # says which members have just joined (statuses).
 CONNECT_SECONDS = 1.5
+# How long a call waits for an endpoint that an earlier call of the same run already gave up
+# on: its channel has been trying since then, so a member cut off the network costs one
+# CONNECT_SECONDS per module run rather than one per call (the member list, then the statuses,
+# of every observation during a quorum loss).
+RECONNECT_SECONDS = 0.25
 
 # etcdserverpb.AlarmType
 ALARM_NAMES = {0: "NONE", 1: "NOSPACE", 2: "CORRUPT"}
@@ -120,12 +125,15 @@ class EtcdClient(EtcdSession):
         """``coro``'s outcome; but if it is still running after ``seconds`` and the channel to
         ``endpoint`` has not connected (and ``give_up()``, when given, says so then),
         ``NotConnected`` at once instead of its timeout."""
+        if endpoint in self._unconnected:
+            seconds = min(seconds, RECONNECT_SECONDS)
         call = asyncio.ensure_future(coro)
         try:
             done, _ = await asyncio.wait({call}, timeout=seconds)
             if not done and (give_up is None or give_up()):
                 state = self._channel(endpoint).get_state()
                 if state != grpc.ChannelConnectivity.READY:
+                    self._unconnected.add(endpoint)
                     raise NotConnected(f"not connected within {seconds:g}s ({state.name.lower()})")
             return await call
         finally:

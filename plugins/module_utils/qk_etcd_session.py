@@ -68,6 +68,9 @@ class EtcdSession:
         self._key = _read_file(profile.client_key)
         self._loop = asyncio.new_event_loop()
         self._channels = {}
+        # Endpoints a call of this run stopped waiting for because they had not connected
+        # (qk_etcd's _unless_unconnected): a later call gives them a moment only.
+        self._unconnected = set()
         # The etcd user's token, asked for on the first call (None: no credentials).
         self._token = None
         self._password = profile.password

@@ -435,13 +435,19 @@ class KubeClient:
             "GET", self.path("v1", "Pod", namespace, name, "log"), query=query, text=True
         )
 
-    def delete(self, api_version, kind, name, namespace=None, propagation=None, uid=None):
-        """Delete; True when a delete was issued, False when the object was already gone."""
+    def delete(
+        self, api_version, kind, name, namespace=None, propagation=None, uid=None, grace=None
+    ):
+        """Delete; True when a delete was issued, False when the object was already gone.
+        ``grace``: a pod's grace period in seconds (a pod already terminating is given the
+        shorter of its own and this one)."""
         body = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation:
             body["propagationPolicy"] = propagation
         if uid:
             body["preconditions"] = {"uid": uid}
+        if grace is not None:
+            body["gracePeriodSeconds"] = grace
         try:
             self.request("DELETE", self.path(api_version, kind, namespace, name), body=body)
         except KubeError as exc:

@@ -183,6 +183,8 @@ class Member:
         if replicaset is not None and self._did("deleted", "ReplicaSet"):
             self.direct.delete("apps/v1", "ReplicaSet", p["name"], p["namespace"], "Foreground")
         if not self.module.check_mode:
+            if p.get("pod_grace_seconds") is not None:
+                self._shorten_pods_grace(p["pod_grace_seconds"])
             self._wait_for_pods_gone()
         if p["delete_data"]:
             pvc = self.direct.get("v1", "PersistentVolumeClaim", p["name"], p["namespace"])
@@ -196,6 +198,22 @@ class Member:
                     uid=pvc["metadata"]["uid"],
                 )
         return self.result
+
+    def _shorten_pods_grace(self, grace):
+        """Delete the member's pods with ``grace`` seconds, also those already terminating with
+        a longer grace period: a member whose data is gone or that left etcd has nothing to
+        shut down cleanly, and one cut off the network took 15 s of its 30 to stop (etcd
+        tries to hand its leadership over first), which its replacement waited for (its
+        claim of the same name is freed only once the pod is gone)."""
+        p = self.p
+        selector = f"{PEER_LABEL}={p['name']}"
+        for pod in self.direct.list("v1", "Pod", p["namespace"], label_selector=selector):
+            meta = pod["metadata"]
+            current = meta.get("deletionGracePeriodSeconds")
+            if current is None or current > grace:
+                self.direct.delete(
+                    "v1", "Pod", meta["name"], p["namespace"], uid=meta["uid"], grace=grace
+                )
 
     def _wait_for_pods_gone(self):
         p = self.p

@@ -167,33 +167,54 @@ def create_peer(ctx: PlanContext) -> Step | None:
 
 
 def replace_member(ctx: PlanContext) -> Step | None:
-    """A peer whose data is gone (its claim was lost) or whose member was removed from etcd
-    behind our back: remove the member (if still listed) and the peer; it is re-added. Waits
-    (ReplacementUnsafe) when removing the member would lose the quorum."""
+    """Peers whose data is gone (their claim was lost) or whose member was removed from etcd
+    behind our back: remove each member (if still listed) and its peer; they are re-added.
+    Every such peer in one step, in ordinal order, as long as each removal keeps the quorum
+    (etcd_member_leave checks again before each): after a disaster recovery the lost members
+    are no longer listed, and removing their peers one reconcile round each only delays the
+    re-adding. Waits (ReplacementUnsafe) when removing the first would lose the quorum."""
     if not ctx.has_quorum:
         return None
+    voters = list(ctx.voters)
+    replacing = []
     for name, peer in ctx.live_peers_by_ordinal():
         lost = ctx.lost_data(name)
         removed = name not in ctx.by_peer and bool(peer.get("member_id"))
         if not (lost or removed):
             continue
         member = ctx.by_peer.get(name)
-        if member and not _removal_keeps_quorum(member, ctx.voters):
+        if member and not _removal_keeps_quorum(member, voters):
+            if replacing:
+                break
             return make_step(
                 "wait",
                 "ReplacementUnsafe",
                 f"member {name} lost its data but removing it now would lose quorum; waiting",
                 "degraded",
             )
-        why = "its data volume is gone" if lost else "it was removed from etcd"
-        return make_step(
-            "replace_member",
-            "ReplacingMember",
-            f"replacing member {name}: {why}; it will be re-added as a new learner",
-            peer=name,
-            member=member,
+        if member:
+            voters = [v for v in voters if v.get("id") != member.get("id")]
+        replacing.append(
+            (name, member, "its data volume is gone" if lost else "it was removed from etcd")
         )
-    return None
+    if not replacing:
+        return None
+    name, member, why = replacing[0]
+    message = f"replacing member {name}: {why}; it will be re-added as a new learner"
+    if len(replacing) > 1:
+        message = (
+            "replacing members "
+            + ", ".join(f"{n} ({w})" for n, _, w in replacing)
+            + "; they will be re-added as new learners"
+        )
+    return make_step(
+        "replace_member",
+        "ReplacingMember",
+        message,
+        peer=name,
+        member=member,
+        members=[{"name": n, "id": m["id"] if m else None} for n, m, _ in replacing],
+    )
 
 
 def unhealthy_members(ctx: PlanContext) -> Step | None:

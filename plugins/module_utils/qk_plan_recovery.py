@@ -79,6 +79,9 @@ def recovery_under_way(ctx: PlanContext) -> Step | None:
                     "(--force-new-cluster)",
                     # etcd answers seconds after its pod starts; no Kubernetes event says so.
                     "poll",
+                    # The lost members' pods cannot start (their nodes or volumes are gone):
+                    # the report keeps this poll, which only waits for this one.
+                    peer=name,
                 )
         elif not flagged_pod:
             continue

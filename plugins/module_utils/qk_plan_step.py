@@ -93,8 +93,9 @@ class Step(TypedDict, total=False):
     # add_member: "http" when the new member must serve its peers plain HTTP while peer TLS is
     # turned on (qk_plan_config.new_member_peer_scheme)
     peer_scheme: str
-    # repair_members, defragment, grow_volumes: [{name}]; remove_member: [{name, id}], every
-    # member a scale-down removes, in turn (peer and member are the first)
+    # repair_members, defragment, grow_volumes: [{name}]; remove_member, replace_member:
+    # [{name, id}], every member the step removes, in turn (peer and member are the first; id
+    # None for a member etcd no longer lists)
     members: list[dict]
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
     # request (the annotation's value a Requested one answers)

@@ -276,7 +276,7 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         events += _upgrade_events(observed, member_statuses)
         events += _reconfigured_events(peers, peer_statuses, member_statuses)
     requeue = step["requeue"]
-    if problems and requeue != "next":
+    if _lengthens_requeue(step, problems):
         requeue = "degraded"
     elif step["action"] == "none" and (not available or not version):
         # Not there yet: a member's pod becoming ready wakes the cluster up; the cluster
@@ -294,6 +294,18 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
         "events": events,
         "requeue": requeue,
     }
+
+
+def _lengthens_requeue(step: dict, problems: list[dict]) -> bool:
+    """Whether a problem makes the next look wait the ``degraded`` period: a step that can be
+    followed at once is not held back, and a ``poll`` for one member (a disaster recovery's
+    survivor starting) is held back only by that member's problems; other waits would loop
+    every few seconds on something only a person can fix."""
+    if not problems or step["requeue"] == "next":
+        return False
+    if step["requeue"] == "poll" and step.get("peer"):
+        return any(p.get("peer") == step["peer"] for p in problems)
+    return True
 
 
 def _volume_size(peers: list[dict], pvcs: dict) -> str:

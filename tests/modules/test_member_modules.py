@@ -198,6 +198,36 @@ def test_peer_absent_deletes_pods_before_the_data(kube, run_module):
     assert not res["failed"] and res["changed"] is False
 
 
+def test_peer_absent_shortens_the_grace_of_a_pod_already_terminating(kube, run_module):
+    """A member cut off the network took 15 s of its 30 s grace period to stop, and its
+    replacement waited for it: the pods of a member whose data is gone are given a short grace
+    period, also when something deleted them earlier with a long one. A pod that ignores
+    SIGTERM stands for the slow member."""
+    kube.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "m-0-stuck", "labels": {"etcd.quorumkeeper.dev/peer": "m-0"}},
+            "spec": {
+                "terminationGracePeriodSeconds": 300,
+                "containers": [
+                    {
+                        "name": "sh",
+                        "image": "busybox:1.36",
+                        "command": ["/bin/sh", "-c", 'trap "" TERM; while true; do sleep 1; done'],
+                    }
+                ],
+            },
+        },
+        namespace=kube.namespace,
+    )
+    kube.kube.wait_pod_ready("m-0-stuck", kube.namespace)
+    kube("delete", "pod", "m-0-stuck", "-n", kube.namespace, "--wait=false")
+    res = run_peer(run_module, kube, state="absent", wait_timeout=30, pod_grace_seconds=1)
+    assert not res["failed"], res.get("msg")
+    assert not kube.pods()
+
+
 def test_a_deleted_peer_without_spec_is_left_alone(kube, run_module):
     res = run_peer(run_module, kube, name="never-existed")
     assert not res["failed"] and res["changed"] is False and res["gone"] is True

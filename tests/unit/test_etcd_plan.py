@@ -215,6 +215,18 @@ def test_lost_data_is_replaced_when_quorum_allows(claim):
     assert "data volume is gone" in step["message"]
 
 
+def test_lost_members_are_replaced_together_while_each_removal_keeps_the_quorum():
+    # c-1..c-3 still run on volumes that are gone; c-4 is down with its data.
+    members = [member(i, leader=i == 0, healthy=i != 4) for i in range(5)]
+    observation = observed(5, started(5), members)
+    for i in (1, 2, 3):
+        observation["pvcs"][f"c-{i}"] = pvc(exists=False)
+    step = plan(observation)
+    assert step["action"] == "replace_member"
+    assert [m["name"] for m in step["members"]] == ["c-1", "c-2"], "c-3 would leave 1 of 2"
+    assert [m["id"] for m in step["members"]] == [members[1]["id"], members[2]["id"]]
+
+
 def test_a_claim_never_recorded_is_not_data_loss():
     peers = started(3)
     peers[1]["pvc_uid"] = ""
@@ -873,6 +885,23 @@ def test_a_forced_member_is_restarted_with_the_flag_then_waited_for_then_restart
     alone = flagged(alone, "c-0", spec=False, pod_flag=False)
     step = plan(alone)
     assert (step["action"], step["peer"]) == ("replace_member", "c-1"), "then the others rejoin"
+    assert step["members"] == [{"name": "c-1", "id": None}, {"name": "c-2", "id": None}]
+    assert step["message"].startswith("replacing members c-1 (it was removed from etcd), c-2")
+
+
+def test_the_wait_for_the_survivor_keeps_polling_while_only_the_lost_members_pods_cannot_start():
+    unschedulable = {"reason": "PodUnschedulable", "message": "0/1 nodes are available"}
+    observation = flagged(quorum_lost_observation(lost=(1, 2), backups=[]), "c-0", pod_flag=True)
+    observation["etcd"] = {"reachable": False}
+    for i in (1, 2):
+        observation["pods"][f"c-{i}"] = pod(i, ready=False, problem=unschedulable)
+    result = report_for(observation)
+    assert conditions_of(result)["Degraded"][0] == "True"
+    assert result["requeue"] == "poll", "etcd answering brings no event"
+    observation["pods"]["c-0"] = dict(
+        pod(0, ready=False, problem=unschedulable), force_new_cluster=True
+    )
+    assert report_for(observation)["requeue"] == "degraded", "the survivor itself cannot start"
 
 
 def test_an_in_place_restore_under_way_hands_the_members_over_then_waits():

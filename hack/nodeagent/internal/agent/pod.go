@@ -57,8 +57,11 @@ type podRuntime struct {
 	condVals    map[corev1.PodConditionType]corev1.ConditionStatus
 	deleting    bool
 	deadline    time.Time
-	netUp       bool
-	vols        map[string]string
+	// closed, and replaced, when a later delete shortens the grace period (as the kubelet
+	// does, a pod already terminating is then killed at the earlier deadline)
+	deadlineMoved chan struct{}
+	netUp         bool
+	vols          map[string]string
 
 	notifyCh chan struct{}
 	done     chan struct{}
@@ -585,13 +588,14 @@ func (pr *podRuntime) startAndWait(c *ctr) (started bool, exitCode int32) {
 	select {
 	case werr = <-waitErr:
 	case <-pr.ctx.Done():
-		werr = pr.stopProcess(pid, waitErr, pr.graceDeadline())
+		werr = pr.stopProcess(pid, waitErr, pr.graceDeadline)
 	case <-instCtx.Done():
 		if pr.ctx.Err() != nil {
-			werr = pr.stopProcess(pid, waitErr, pr.graceDeadline())
+			werr = pr.stopProcess(pid, waitErr, pr.graceDeadline)
 		} else {
 			// killed by a probe
-			werr = pr.stopProcess(pid, waitErr, time.Now().Add(pr.terminationGrace()))
+			killAt := time.Now().Add(pr.terminationGrace())
+			werr = pr.stopProcess(pid, waitErr, func() (time.Time, <-chan struct{}) { return killAt, nil })
 		}
 	}
 	instCancel()
@@ -675,31 +679,47 @@ func (pr *podRuntime) terminationGrace() time.Duration {
 	return 30 * time.Second
 }
 
-func (pr *podRuntime) graceDeadline() time.Time {
+// graceDeadline is when the pod's processes get SIGKILL, and a channel closed when a later
+// delete moves that earlier.
+func (pr *podRuntime) graceDeadline() (time.Time, <-chan struct{}) {
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
 	if pr.deadline.IsZero() {
-		return time.Now()
+		return time.Now(), pr.deadlineMoved
 	}
-	return pr.deadline
+	return pr.deadline, pr.deadlineMoved
 }
 
-// stopProcess sends SIGTERM to the process group, then SIGKILL at the deadline.
-func (pr *podRuntime) stopProcess(pid int, waitErr chan error, deadline time.Time) error {
-	_ = syscall.Kill(-pid, syscall.SIGTERM)
-	d := time.Until(deadline)
-	if d < 0 {
-		d = 0
+// shortenGraceLocked moves the kill deadline of a pod earlier (never later). Called with
+// pr.mu held.
+func (pr *podRuntime) shortenGraceLocked(deadline time.Time) bool {
+	if !pr.deadline.IsZero() && !deadline.Before(pr.deadline) {
+		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case err := <-waitErr:
-		_ = syscall.Kill(-pid, syscall.SIGKILL) // leftovers of the group
-		return err
-	case <-t.C:
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		return <-waitErr
+	pr.deadline = deadline
+	close(pr.deadlineMoved)
+	pr.deadlineMoved = make(chan struct{})
+	return true
+}
+
+// stopProcess sends SIGTERM to the process group, then SIGKILL at the deadline (read again
+// whenever it moves).
+func (pr *podRuntime) stopProcess(pid int, waitErr chan error, deadline func() (time.Time, <-chan struct{})) error {
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
+	for {
+		at, moved := deadline()
+		t := time.NewTimer(max(time.Until(at), 0))
+		select {
+		case err := <-waitErr:
+			t.Stop()
+			_ = syscall.Kill(-pid, syscall.SIGKILL) // leftovers of the group
+			return err
+		case <-t.C:
+			_ = syscall.Kill(-pid, syscall.SIGKILL)
+			return <-waitErr
+		case <-moved:
+			t.Stop()
+		}
 	}
 }
 

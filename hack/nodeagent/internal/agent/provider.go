@@ -170,6 +170,7 @@ func (p *Provider) CreatePod(ctx context.Context, pod *corev1.Pod) error {
 		ctx: ctx, cancel: cancel, phase: corev1.PodPending, startTime: metav1.Now(),
 		condTimes: map[corev1.PodConditionType]metav1.Time{}, condVals: map[corev1.PodConditionType]corev1.ConditionStatus{},
 		notifyCh: make(chan struct{}, 1), done: make(chan struct{}), removed: make(chan struct{}),
+		deadlineMoved: make(chan struct{}),
 	}
 	if pod.Status.StartTime != nil {
 		pr.startTime = *pod.Status.StartTime
@@ -309,6 +310,11 @@ func (p *Provider) DeletePod(_ context.Context, pod *corev1.Pod) error {
 			p.logf("pod %s: deleted", k)
 		}()
 		return nil
+	}
+	// Deleted again with a shorter grace period (the API server moves deletionTimestamp
+	// earlier): like the kubelet, kill at the earlier deadline.
+	if pod.DeletionTimestamp != nil && pr.shortenGraceLocked(pod.DeletionTimestamp.Time) {
+		p.logf("pod %s: grace shortened (until %s)", k, pr.deadline.Format(time.RFC3339))
 	}
 	pr.mu.Unlock()
 	return nil
@@ -660,7 +666,7 @@ func (p *Provider) KillAll() {
 	p.mu.Unlock()
 	for _, pr := range prs {
 		pr.mu.Lock()
-		pr.deadline = time.Now()
+		pr.shortenGraceLocked(time.Now())
 		pr.mu.Unlock()
 		pr.cancel()
 	}
