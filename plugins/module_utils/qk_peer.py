@@ -202,9 +202,9 @@ class Member:
     def _shorten_pods_grace(self, grace):
         """Delete the member's pods with ``grace`` seconds, also those already terminating with
         a longer grace period: a member whose data is gone or that left etcd has nothing to
-        shut down cleanly, and one cut off the network took 15 s of its 30 to stop (etcd
-        tries to hand its leadership over first), which its replacement waited for (its
-        claim of the same name is freed only once the pod is gone)."""
+        shut down cleanly, and one cut off the network took 15 s of its 30 to stop, which its
+        replacement waited for (its claim of the same name is freed only once the pod is
+        gone)."""
         p = self.p
         selector = f"{PEER_LABEL}={p['name']}"
         for pod in self.direct.list("v1", "Pod", p["namespace"], label_selector=selector):

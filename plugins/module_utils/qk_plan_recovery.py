@@ -350,7 +350,10 @@ def _automatic_recovery(ctx: PlanContext, head, lost, survivors) -> tuple[Step |
         action,
         "RecoveringFromSurvivor" if survivors else "RecoveringFromBackup",
         f"{head}, and {_members(lost)} lost {_their(lost)} data: disaster recovery: {what}",
-        "next",
+        # Its result shows in events (the survivor's pod replaced, the restore's progress and
+        # the peers handed over): a next round now would plan from the same observation and
+        # take the step again.
+        "event",
         quorum_lost=quorum_lost,
         observe_after=False,
         **details,

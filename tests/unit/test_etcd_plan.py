@@ -804,6 +804,7 @@ def test_after_the_delay_the_survivor_with_the_newest_data_forces_a_new_cluster(
     observation["pvcs"]["c-1"] = pvc(exists=False)
     step = plan(observation)
     assert (step["action"], step["peer"]) == ("force_new_cluster", "c-0")
+    assert (step["requeue"], step["observe_after"]) == ("event", False), "never taken twice"
     # Five members, three lost: 0 and 1 survive with data; the higher raft index wins.
     peers = [peer(i, member_id=str(i), pvc_uid=f"uid-{i}") for i in range(5)]
     members = [member(i, healthy=i < 2) for i in range(5)]
@@ -840,6 +841,7 @@ def test_without_survivors_the_newest_verified_backup_is_restored_in_place():
     observation = disaster(lost=(0, 1, 2), down=(0, 1, 2), elapsed=120, backups=backups)
     step = plan(observation)
     assert (step["action"], step["backup"]) == ("restore_from_backup", "old")
+    assert (step["requeue"], step["observe_after"]) == ("event", False), "never taken twice"
     assert step["restore"] == "c-recovery-20261122-101800"
     assert "writes made after that backup are lost" in step["message"]
 
