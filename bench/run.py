@@ -1276,6 +1276,7 @@ def minio_store():
 async def fill_large(endpoint: str, count: int, concurrency: int = 8) -> None:
     """``count`` keys of LARGE_VALUE incompressible bytes each, ``concurrency`` puts in flight."""
     import grpc.aio
+    from etcd3aio.errors import EtcdTransientError
     from etcd3aio.kv import KVService
 
     block = os.urandom(2 * LARGE_VALUE)
@@ -1286,9 +1287,20 @@ async def fill_large(endpoint: str, count: int, concurrency: int = 8) -> None:
         async def worker():
             for i in todo:  # shared: each key is taken by one worker
                 offset = (i * 4099) % LARGE_VALUE  # a different value for every key
-                await kv.put(
-                    f"/bench/large/{i:06d}", block[offset : offset + LARGE_VALUE], timeout=60
-                )
+                for attempt in range(3):
+                    # A put can wait behind a member's backend commit of the earlier 1 MiB
+                    # values for a minute on a slow disk; putting the same value again is
+                    # harmless, and a benchmark run stopped while refilling loses its rounds.
+                    try:
+                        await kv.put(
+                            f"/bench/large/{i:06d}",
+                            block[offset : offset + LARGE_VALUE],
+                            timeout=60,
+                        )
+                        break
+                    except (TimeoutError, EtcdTransientError):
+                        if attempt == 2:
+                            raise
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 

@@ -200,13 +200,11 @@ def replace_member(ctx: PlanContext) -> Step | None:
     if not replacing:
         return None
     name, member, why = replacing[0]
-    message = f"replacing member {name}: {why}; it will be re-added as a new learner"
-    if len(replacing) > 1:
-        message = (
-            "replacing members "
-            + ", ".join(f"{n} ({w})" for n, _, w in replacing)
-            + "; they will be re-added as new learners"
-        )
+    if len(replacing) == 1:
+        message = f"replacing member {name}: {why}; it will be re-added as a new learner"
+    else:
+        listed = ", ".join(f"{n} ({w})" for n, _, w in replacing)
+        message = f"replacing members {listed}; they will be re-added as new learners"
     return make_step(
         "replace_member",
         "ReplacingMember",

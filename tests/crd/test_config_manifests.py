@@ -441,8 +441,16 @@ def test_watches():
         # Events and status default to the reconciled object (the roles name no other).
         # etcd modules default to the operator's client certificate of a TLS cluster, which
         # the role's etcd_cluster_tls task registers as <role>_tls, to root's password file
-        # with spec.auth (<role>_auth_connection or <role>_auth.connection), and to nothing else.
+        # with spec.auth (<role>_auth_connection or <role>_auth.connection), and to nothing else:
+        # option by option, or all of them as one variable of the role (vars/main.yml).
         for action, defaults in (play.get("module_defaults") or {}).items():
+            if isinstance(defaults, str):
+                assert action.startswith("etcd_"), action
+                assert defaults in (
+                    f"{{{{ {role}_etcd_connection }}}}",
+                    f"{{{{ {role}_tls.connection | default({{}}) }}}}",
+                ), (action, defaults)
+                continue
             if action.startswith("etcd_"):
                 certificate = {"ca_cert", "client_cert", "client_key"}
                 assert certificate <= set(defaults) <= certificate | PASSWORD_OPTIONS, action

@@ -28,9 +28,15 @@ def recorded_false(label, where):
     return False
 
 
+def recorded_true(label, where):
+    """True, after writing which process templated the task ``label``."""
+    recorded_false(label, where)
+    return True
+
+
 class TestModule:
     def tests(self):
-        return {"recorded_false": recorded_false}
+        return {"recorded_false": recorded_false, "recorded_true": recorded_true}
 '''
 
 TASKS = """
@@ -99,6 +105,57 @@ TASKS = """
   ansible.builtin.debug:
     msg: "the command was skipped: {{ skipped_command.skip_reason }}"
   when: skipped_command is skipped
+
+- name: A module that runs, its result registered
+  ansible.builtin.command: "echo {{ 'module' is recorded_true(record_dir) }}"
+  register: echoed
+  changed_when: false
+
+- name: Print what the module returned
+  ansible.builtin.debug:
+    msg: "{{ echoed.stdout }} {{ echoed.rc }}"
+
+- name: A module that fails, ignored
+  ansible.builtin.command: "false"
+  ignore_errors: "{{ 'failing' is recorded_true(record_dir) }}"
+
+- name: Retried until its result says so
+  ansible.builtin.set_fact:
+    tries: "{{ (tries | default(0) | int) + 1 }}"
+  register: retried
+  until: retried.attempts | default(1) >= 2
+  retries: 3
+  delay: 0
+
+- name: A loop whose items run
+  ansible.builtin.debug:
+    msg: "item {{ item }} {{ 'loop' is recorded_true(record_dir) }}"
+  loop: [1, 2]
+
+- name: A secret task that runs
+  ansible.builtin.set_fact:
+    secret_value: "{{ 'hidden' if 'secret' is recorded_true(record_dir) }}"
+  no_log: true
+
+- name: A task with a timeout (left to a worker, which the alarm of its timeout may end)
+  ansible.builtin.debug:
+    msg: "{{ 'timeout' is recorded_true(record_dir) }}"
+  timeout: 30
+
+- name: An assertion whose message comes from module_defaults
+  ansible.builtin.assert:
+    that: ran | int == 42
+
+- name: A task that fails, its failure read back
+  ansible.builtin.assert:
+    that: ran | int == 43
+    fail_msg: "ran is {{ ran }}"
+  register: failed_assert
+  ignore_errors: true
+
+- name: Print the failure
+  ansible.builtin.debug:
+    msg: "{{ failed_assert.msg }}"
 """
 
 
@@ -110,6 +167,13 @@ def playbook(strategy: str, records: Path) -> str:
   strategy: {strategy}
   vars:
     record_dir: {records}
+  # Defaults of a module the tasks use, and of one they do not: the strategy templates only
+  # those of each task's own action.
+  module_defaults:
+    ansible.builtin.assert:
+      success_msg: "{{{{ 'success from the defaults of ' ~ inventory_hostname }}}}"
+    ansible.builtin.uri:
+      url: "{{{{ 'http://example.invalid/' ~ record_dir }}}}"
   tasks:
     - name: Probe the tasks
       ansible.builtin.include_tasks: tasks.yml
@@ -173,7 +237,9 @@ def task_events(events) -> list[tuple]:
     seen = []
     for event in events:
         data = event.get("event_data", {})
-        if not event["event"].startswith(("runner_on_", "runner_item_", "playbook_on_task")):
+        if not event["event"].startswith(
+            ("runner_on_", "runner_item_", "runner_retry", "playbook_on_task")
+        ):
             continue
         result = {k: v for k, v in (data.get("res") or {}).items() if k not in varying}
         seen.append(
@@ -212,6 +278,17 @@ def test_every_event_is_the_one_linear_sends(both):
     assert ("runner_on_skipped", "A secret task skipped") in kinds
     assert ("runner_on_ok", "Included") in kinds
     assert ("runner_on_ok", "In the role") in kinds
+    assert ("runner_on_failed", "A module that fails, ignored") in kinds
+    assert ("runner_retry", "Retried until its result says so") in kinds
+    assert ("runner_item_on_ok", "A loop whose items run") in kinds
+    assert ("runner_on_ok", "Print the failure") in kinds
+    defaulted = next(
+        result
+        for event, task, _, result in inline
+        if task == "An assertion whose message comes from module_defaults"
+        and event == "runner_on_ok"
+    )
+    assert "success from the defaults of localhost" in defaulted
     printed = next(
         result
         for event, task, _, result in inline
@@ -220,11 +297,14 @@ def test_every_event_is_the_one_linear_sends(both):
     assert '"skipped": true' in printed and "Conditional result was False" in printed
 
 
-def test_skipped_tasks_and_includes_are_decided_without_a_worker(both):
+def test_tasks_are_decided_and_run_without_a_worker_unless_they_need_one(both):
     _, _, linear_pid, linear_decided = both["linear"]
     _, _, inline_pid, inline_decided = both["inline"]
-    assert set(linear_decided) == set(inline_decided) == {"skipped", "second", "include"}
-    # ansible.builtin.linear forks a worker for every task; ours decides skips and includes in
-    # the playbook process.
+    here = {"skipped", "second", "include", "module", "failing", "loop", "secret"}
+    assert set(linear_decided) == set(inline_decided) == {*here, "timeout"}
+    # ansible.builtin.linear forks a worker for every task; ours decides skips and includes and
+    # runs the tasks in the playbook process, except one whose timeout needs a process of its
+    # own.
     assert all(pid != linear_pid for pid in linear_decided.values())
-    assert all(pid == inline_pid for pid in inline_decided.values()), (inline_pid, inline_decided)
+    assert {label: inline_decided[label] for label in here} == dict.fromkeys(here, inline_pid)
+    assert inline_decided["timeout"] != inline_pid
