@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -268,6 +269,20 @@ class EtcdCluster:
             "healthy",
             timeout,
         )
+
+    def wait_leaderless(self, name, timeout=30.0):
+        """Until member ``name`` says it is not healthy: after the others were stopped, a
+        leader keeps leading until its election timeout has passed without a quorum's answers
+        (etcd's check-quorum), and a status asked for before then still names it."""
+
+        def leaderless(node):
+            try:
+                health = http_json(node.client_url + "/health", context=self._client_ssl)
+            except urllib.error.HTTPError as exc:  # 503 with the same body from 3.5 on
+                return exc.code == 503
+            return health.get("health") != "true"
+
+        self._wait(name, leaderless, "without a leader", timeout)
 
     def stop_and_wait_for_leader(self, name, timeout=30.0):
         """Stop a member, then wait until every other running member is healthy again: the

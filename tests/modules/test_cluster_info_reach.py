@@ -100,6 +100,7 @@ def info_without_quorum(etcd_bin, etcd_version, tmp_path, unconnectable_url, run
     try:
         cluster.stop("n1")
         cluster.stop("n2")
+        cluster.wait_leaderless("n0")
         endpoints = cluster.endpoints(["n0"]) + more(unconnectable_url)
         return run_module(
             "etcd_cluster_info",
