@@ -28,6 +28,9 @@ Safe by construction:
 - A template is compiled by Jinja2 exactly as before; the server only keeps the code of the
   ones its children compiled (they report them on a datagram socket), and never of a template
   whose constant parts Jinja2 could fold into a changing value (``random``, ``is file``, ...).
+- Two of ansible's own steps give the same results more cheaply: a template's list or dict
+  result is copied instead of printed and parsed back (TemplateResults), and the filter and
+  test loaders remember their answer for each name (PluginLookups).
 - When a file the server imported changes (a new operator version copied in place), the server
   stops taking runs and exits once its children are done; the next client starts a fresh one.
 - The server exits when the process that started it (ansible-operator) is gone, and stays in
@@ -48,7 +51,9 @@ import contextlib
 import errno
 import gc
 import http.client
+import itertools
 import json
+import math
 import os
 import re
 import select
@@ -58,6 +63,7 @@ import struct
 import sys
 import tempfile
 import time
+import types
 import warnings
 
 # One server per user and network namespace (the operator pod): an abstract socket leaves no
@@ -234,6 +240,174 @@ class TemplateCache:
         with contextlib.suppress(Exception):  # a template that does not compile stays uncached
             environment.compile(source, name, filename, raw, defer_init)
         return key in self.code
+
+
+# ----------------------------------------------------------------------------- template results
+
+
+class NotPlainData(Exception):
+    """A value whose round trip through text (ansible_eval_concat) is not a plain copy."""
+
+
+# Deeper than this, Python's parser may refuse the text (the round trip then gives the text).
+PLAIN_DEPTH_LIMIT = 100
+
+
+class TemplateResults:
+    """ansible's ``ansible_eval_concat`` without its round trip through text for plain data.
+
+    Without jinja2_native, ansible-core 2.18 turns a template's single result into text and,
+    when the text looks like a list or a dict, parses it back (``repr``, ``ast.parse`` and
+    three walks over the syntax tree in Python). A role variable that names a dict pays that
+    at every use: about 8 ms for a 3-member cluster's observation, which the plan task reads
+    three times. For a list or dict of strings, numbers, booleans, None and tuples the round
+    trip is a copy, with every string marked unsafe when one was (``wrap_var``): that copy is
+    made directly (about a hundredth of the time). Any other value (a set, a float that is not
+    finite, an object, a recursive or very deep structure) takes ansible's own path, as does
+    every result that is not one list or dict.
+    """
+
+    def __init__(self):
+        from ansible.parsing.yaml.objects import AnsibleMapping, AnsibleSequence, AnsibleUnicode
+        from ansible.utils.native_jinja import NativeJinjaText
+        from ansible.utils.unsafe_proxy import AnsibleUnsafeText, NativeJinjaUnsafeText, wrap_var
+
+        # Types whose text is that of a plain str, dict or list (their repr is the plain one,
+        # or AnsibleUnsafeText's, which is the same text).
+        self.string_types = {
+            str,
+            AnsibleUnicode,
+            AnsibleUnsafeText,
+            NativeJinjaText,
+            NativeJinjaUnsafeText,
+        }
+        self.dict_types = {dict, AnsibleMapping}
+        self.list_types = {list, AnsibleSequence}
+        # A tuple's text starts with "(": ansible returns that text, not a tuple.
+        self.containers = self.dict_types | self.list_types
+        self.wrap_var = wrap_var
+        self.original = None
+
+    def copy(self, value, depth: int = 0) -> tuple[object, bool]:
+        """``(copy, unsafe)``: the round trip's result before ``wrap_var``, and whether a
+        string in it was unsafe; NotPlainData when the round trip would give anything else."""
+        kind = type(value)
+        if kind in self.string_types:
+            return str.__str__(value), getattr(value, "__UNSAFE__", False)
+        if value is None or kind is bool or kind is int:
+            return value, False
+        if kind is float:
+            if math.isfinite(value):
+                return value, False
+            raise NotPlainData(value)
+        if depth > PLAIN_DEPTH_LIMIT:
+            raise NotPlainData("too deep")
+        unsafe = False
+        if kind in self.dict_types:
+            result = {}
+            for key, item in value.items():
+                key, key_unsafe = self.copy(key, depth + 1)
+                item, item_unsafe = self.copy(item, depth + 1)
+                result[key] = item
+                unsafe = unsafe or key_unsafe or item_unsafe
+            return result, unsafe
+        if kind in self.list_types or kind is tuple:
+            items = []
+            for item in value:
+                item, item_unsafe = self.copy(item, depth + 1)
+                items.append(item)
+                unsafe = unsafe or item_unsafe
+            return (items if kind is not tuple else tuple(items)), unsafe
+        raise NotPlainData(kind)
+
+    def concat(self, nodes):
+        """``ansible_eval_concat(nodes)``, the same result."""
+        head = list(itertools.islice(nodes, 2))
+        if len(head) == 1 and type(head[0]) in self.containers:
+            try:
+                result, unsafe = self.copy(head[0])
+            except NotPlainData:
+                pass
+            else:
+                return self.wrap_var(result) if unsafe else result
+        if isinstance(nodes, types.GeneratorType):
+            nodes = (node for node in itertools.chain(head, nodes))
+        return self.original(nodes)
+
+    def install(self) -> None:
+        from ansible import template
+        from ansible.template import native_helpers
+
+        self.original = native_helpers.ansible_eval_concat
+        template.AnsibleEnvironment.concat = staticmethod(self.concat)
+
+    def uninstall(self) -> None:
+        from ansible import template
+
+        if self.original is not None:
+            template.AnsibleEnvironment.concat = staticmethod(self.original)
+            self.original = None
+
+
+class PluginLookups:
+    """The filter and test loaders' answers, remembered by name for the server's life.
+
+    A template environment asks its loader for every filter or test name a template uses,
+    once per environment, and ansible makes an environment for every task. For a name ansible
+    has no plugin of (Jinja2's own ``default``, ``list``, ``map``, ``defined``, ...) the loader
+    imports and lists every module of ansible's builtin filters or tests before it says so,
+    for every task. The answer depends only on the plugin paths: a warm run has the server's
+    (a run with another configuration is run cold), and a directory added to a loader clears
+    these answers with its own caches. Jinja2's names are asked once, in the server.
+    """
+
+    def __init__(self):
+        from ansible.plugins import loader
+        from jinja2.defaults import DEFAULT_FILTERS, DEFAULT_TESTS
+
+        # Each loader, with the names of Jinja2's own filters or tests.
+        self.loaders = (
+            (loader.filter_loader, DEFAULT_FILTERS),
+            (loader.test_loader, DEFAULT_TESTS),
+        )
+
+    @staticmethod
+    def remember(plugin_loader) -> None:
+        from ansible.errors import AnsibleError
+
+        original_get = plugin_loader.get
+        original_clear = plugin_loader._clear_caches
+        answers: dict[str, tuple[bool, object]] = {}
+
+        def get(name, *args, **kwargs):
+            if args or kwargs or not isinstance(name, str):
+                return original_get(name, *args, **kwargs)
+            answer = answers.get(name)
+            if answer is None:
+                # What the template environment expects for a name without a plugin.
+                try:
+                    answer = (True, original_get(name))
+                except (AnsibleError, KeyError) as error:
+                    answer = (False, error)
+                answers[name] = answer
+            found, value = answer
+            if not found:
+                raise value
+            return value
+
+        def clear_caches():
+            answers.clear()
+            original_clear()
+
+        plugin_loader.get = get
+        plugin_loader._clear_caches = clear_caches
+
+    def install(self) -> None:
+        for plugin_loader, jinja_names in self.loaders:
+            self.remember(plugin_loader)
+            for name in jinja_names:
+                with contextlib.suppress(Exception):
+                    plugin_loader.get(name)
 
 
 # ----------------------------------------------------------------------------- ansible config
@@ -729,6 +903,8 @@ class WarmServer:
         if "http" in ansible_runner.plugins:
             ansible_runner.plugins["http"] = RunnerEvents(ansible_runner.plugins["http"])
         self.templates.install()
+        TemplateResults().install()
+        PluginLookups().install()
         self.environment = Templar(loader=DataLoader()).environment
         self.warm_configuration = configuration_values(constants)
         root = os.path.dirname(os.path.realpath(os.environ.get("ANSIBLE_CONFIG", os.getcwd())))

@@ -4,25 +4,13 @@ deadline, as the kubelet does."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from pathlib import Path
 
-import pytest
+from gotest import go_test
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_go_unit_tests():
-    if shutil.which("go") is None:
-        pytest.fail("Go is required (the toolchain builds the node agent with it)")
-    result = subprocess.run(
-        ["go", "test", "-count=1", "./internal/agent/"],
-        cwd=ROOT / "hack" / "nodeagent",
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
+    result = go_test(ROOT / "hack" / "nodeagent", "./internal/agent/")
     assert result.returncode == 0, result.stdout + result.stderr

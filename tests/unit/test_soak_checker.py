@@ -4,13 +4,12 @@ histories, the history's error classification, and the checker's own Go tests.""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from gotest import go_test
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack"))
@@ -149,14 +148,5 @@ def test_classify(error, sent, outcome):
 
 def test_go_unit_tests():
     """The checker's model on more hand-made histories (hack/soak/checker/checker_test.go)."""
-    if shutil.which("go") is None:
-        pytest.fail("Go is required (the toolchain builds the checker with it)")
-    result = subprocess.run(
-        ["go", "test", "-count=1", "./..."],
-        cwd=REPO / "hack" / "soak" / "checker",
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "GOFLAGS": "-mod=mod"},
-    )
+    result = go_test(REPO / "hack" / "soak" / "checker", "./...", timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -1,20 +1,29 @@
 """The warm start's pieces that decide (qk_warm_start): which templates are kept compiled and
-under what key, which configuration differences send a run to a real ansible-playbook, how a
-request travels with its streams, and how an exit status is reported. The runs themselves are
-tested in tests/modules/test_warm_start_runs.py."""
+under what key, a template's result made without ansible's round trip through text, which
+configuration differences send a run to a real ansible-playbook, how a request travels with its
+streams, and how an exit status is reported. The runs themselves are tested in
+tests/modules/test_warm_start_runs.py."""
 
 import array
 import codecs
+import json
 import os
+import re
 import signal
 import socket
 
 import jinja2
 import pytest
+from ansible.parsing.yaml.objects import AnsibleMapping, AnsibleSequence, AnsibleUnicode
+from ansible.template import Templar, native_helpers
+from ansible.template.native_helpers import ansible_eval_concat
+from ansible.utils.unsafe_proxy import AnsibleUnsafeText, wrap_var
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start import (
     RUN_SPECIFIC_SETTINGS,
     ForkedPlaybook,
+    PluginLookups,
     TemplateCache,
+    TemplateResults,
     cacheable_template,
     configuration_differences,
     encode_request,
@@ -260,3 +269,234 @@ def test_a_forked_child_is_named_after_what_it_runs():
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         os.close(read_end)
+
+
+# -- a template's result without the round trip through text ------------------------------------
+
+
+def observation():
+    """A 3-member cluster's observation as the module returns it, marked unsafe as ansible
+    marks every module result."""
+    members = [
+        {"name": f"c-{i}", "id": str(1000 + i), "is_leader": i == 0, "db_size": 20480 + i}
+        for i in range(3)
+    ]
+    return {
+        "cluster": {"exists": True, "deleting": False, "uid": "u-1"},
+        "peers": [
+            {"name": f"c-{i}", "member_id": str(1000 + i), "deleting": False} for i in range(3)
+        ],
+        "pods": {f"c-{i}": {"ready": True, "restarts": 0, "node": None} for i in range(3)},
+        "etcd": {"reachable": True, "members": members, "alarms": [], "ratio": 0.25},
+        "now": 1764280000.5,
+    }
+
+
+def same(a, b) -> bool:
+    """Equal, of the same types all the way down (an unsafe string is not a plain one)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(
+            same(ka, kb) and same(a[ka], b[kb]) for ka, kb in zip(a, b, strict=True)
+        )
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and a != a:
+        return b != b
+    return a == b
+
+
+class Recursive(dict):
+    pass
+
+
+recursive = {"a": 1}
+recursive["self"] = recursive
+deep: list = []
+for _ in range(150):
+    deep = [deep]
+
+
+@pytest.mark.parametrize(
+    "nodes",
+    [
+        [observation()],
+        [wrap_var(observation())],
+        [{"plain": "a", "unsafe": AnsibleUnsafeText("{{ b }}")}],
+        [AnsibleMapping({"k": AnsibleUnicode("v"), "l": AnsibleSequence([1, 2.5, None])})],
+        [[True, False, None, 0, -1, 2**70, 1.5e300, -0.0, "", "x'\"y", "\u00e9\n"]],
+        [{"t": (1, ("a", AnsibleUnsafeText("u"))), (1, "k"): 2, 3: "int key", None: True}],
+        [{}],
+        [[]],
+        [{"nan": float("nan")}],
+        [[float("inf")]],
+        [{"set": {1, 2}}],
+        [{"empty set": set()}],
+        [{"bytes": b"x"}],
+        [{"object": object()}],
+        [Recursive(a=1)],
+        [recursive],
+        [deep],
+        [(1, 2)],
+        [5],
+        [True],
+        ["{'a': 1}"],
+        ["[1, 2]"],
+        [AnsibleUnsafeText("[1]")],
+        ["plain"],
+        [],
+        ["{", "'a': 1}"],
+        [[1], [2]],
+        ["a", {"b": 1}],
+    ],
+    # Without addresses: every xdist worker must name the same tests.
+    ids=lambda nodes: re.sub(r" at 0x[0-9a-f]+", "", repr(nodes))[:40],
+)
+@pytest.mark.parametrize("as_generator", [True, False], ids=["generator", "list"])
+def test_a_result_is_what_ansibles_round_trip_gives(nodes, as_generator):
+    results = TemplateResults()
+    results.original = ansible_eval_concat
+
+    def given():
+        return (node for node in nodes) if as_generator else list(nodes)
+
+    expected = ansible_eval_concat(given())
+    assert same(results.concat(given()), expected)
+
+
+def test_plain_data_is_copied_without_parsing_text(monkeypatch):
+    results = TemplateResults()
+    results.original = ansible_eval_concat
+    value = wrap_var(observation())
+    expected = ansible_eval_concat(iter([value]))
+
+    class Refuse:
+        def __getattr__(self, name):
+            raise AssertionError(f"parsed as text (ast.{name})")
+
+    monkeypatch.setattr(native_helpers, "ast", Refuse())
+    copied = results.concat(iter([value]))
+    assert same(copied, expected)
+    # A copy: changing it leaves the variable as it was.
+    copied["etcd"]["members"].append("x")
+    assert len(value["etcd"]["members"]) == 3
+
+
+def test_installed_templates_give_what_they_gave():
+    variables = {
+        "observed": wrap_var(observation()),
+        "context": {"replicas": "{{ 1 + 2 }}", "version": "3.6.16"},
+        "latest": "{{ observed }}",
+        "plan_input": "{{ latest | combine(context) }}",
+    }
+    sources = [
+        "{{ plan_input }}",
+        "{{ plan_input.etcd.members | map(attribute='name') | list }}",
+        "{{ context }}",
+        "{{ (1, 2) }}",
+        "{{ 5 }}",
+        "{{ '{' ~ '}' }}",
+        "{{ {'a': observed.now} }}",
+        "x {{ context }}",
+    ]
+
+    def render():
+        templar = Templar(loader=None, variables=variables)
+        return [templar.template(source) for source in sources]
+
+    before = render()
+    results = TemplateResults()
+    results.install()
+    try:
+        after = render()
+    finally:
+        results.uninstall()
+    assert results.original is None
+    assert all(same(a, b) for a, b in zip(after, before, strict=True)), (after, before)
+    assert after[0]["replicas"] == "3"
+    assert json.dumps(after[0], sort_keys=True) == json.dumps(before[0], sort_keys=True)
+
+
+# -- filter and test names remembered ------------------------------------------------------------
+
+
+def new_filter_loader():
+    """A filter loader like ansible's own, not shared with other tests."""
+    from ansible import constants
+    from ansible.plugins.loader import AnsibleJinja2Filter, Jinja2Loader
+
+    return Jinja2Loader(
+        "FilterModule",
+        "ansible.plugins.filter",
+        constants.DEFAULT_FILTER_PLUGIN_PATH,
+        "filter_plugins",
+        AnsibleJinja2Filter,
+    )
+
+
+def answer(plugin_loader, name):
+    """The plugin's function, or how the loader said it has none (None or an error's type:
+    without ansible's collection loader, as here, a name it has no plugin of is a KeyError)."""
+    try:
+        plugin = plugin_loader.get(name)
+    except Exception as error:  # noqa: BLE001 - the answer compared
+        return type(error)
+    return plugin.j2_function if plugin else None
+
+
+def found(answer) -> bool:
+    return answer is not None and not isinstance(answer, type)
+
+
+def counting(plugin_loader, asked: list):
+    """The loader, with every name it looks up in its plugins appended to ``asked``."""
+    original = plugin_loader.get_with_context
+
+    def get_with_context(name, *args, **kwargs):
+        asked.append(name)
+        return original(name, *args, **kwargs)
+
+    plugin_loader.get_with_context = get_with_context
+    return plugin_loader
+
+
+NAMES = ["combine", "ansible.builtin.combine", "default", "list", "no_such_filter", "a..b"]
+
+
+def test_a_remembered_loader_answers_as_the_loader_does_and_asks_once():
+    asked = []
+    plain, remembered = new_filter_loader(), counting(new_filter_loader(), asked)
+    PluginLookups.remember(remembered)
+    expected = [answer(plain, name) for name in NAMES]
+    assert [answer(remembered, name) for name in NAMES] == expected
+    assert [answer(remembered, name) for name in NAMES] == expected
+    assert asked == NAMES
+    assert found(expected[0]) and not found(expected[3])
+
+
+def test_a_directory_added_to_the_loader_is_looked_in(tmp_path):
+    remembered = new_filter_loader()
+    PluginLookups.remember(remembered)
+    assert not found(answer(remembered, "qk_shout"))
+    (tmp_path / "shout.py").write_text(
+        "class FilterModule:\n"
+        "    def filters(self):\n"
+        "        return {'qk_shout': lambda text: text.upper()}\n"
+    )
+    remembered.add_directory(str(tmp_path))
+    assert answer(remembered, "qk_shout")("a") == "A"
+
+
+def test_jinjas_own_names_are_asked_in_the_server():
+    from jinja2.defaults import DEFAULT_FILTERS
+
+    lookups = PluginLookups()
+    asked = []
+    remembered = counting(new_filter_loader(), asked)
+    lookups.loaders = ((remembered, DEFAULT_FILTERS),)
+    lookups.install()
+    assert set(asked) == set(DEFAULT_FILTERS)
+    asked.clear()
+    assert answer(remembered, "selectattr") == answer(new_filter_loader(), "selectattr")
+    assert asked == []
