@@ -259,30 +259,24 @@ class EtcdCluster:
             f"{last}):\n{node.log_tail()}"
         )
 
+    def _reports_healthy(self, node) -> bool:
+        """What the member's /health says (a 503 from 3.5 on when it is not healthy)."""
+        try:
+            health = http_json(node.client_url + "/health", context=self._client_ssl)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503:
+                raise
+            return False
+        return health.get("health") == "true"
+
     def wait_healthy(self, name, timeout=30.0):
-        self._wait(
-            name,
-            lambda n: (
-                http_json(n.client_url + "/health", context=self._client_ssl).get("health")
-                == "true"
-            ),
-            "healthy",
-            timeout,
-        )
+        self._wait(name, self._reports_healthy, "healthy", timeout)
 
     def wait_leaderless(self, name, timeout=30.0):
         """Until member ``name`` says it is not healthy: after the others were stopped, a
         leader keeps leading until its election timeout has passed without a quorum's answers
         (etcd's check-quorum), and a status asked for before then still names it."""
-
-        def leaderless(node):
-            try:
-                health = http_json(node.client_url + "/health", context=self._client_ssl)
-            except urllib.error.HTTPError as exc:  # 503 with the same body from 3.5 on
-                return exc.code == 503
-            return health.get("health") != "true"
-
-        self._wait(name, leaderless, "without a leader", timeout)
+        self._wait(name, lambda node: not self._reports_healthy(node), "without a leader", timeout)
 
     def stop_and_wait_for_leader(self, name, timeout=30.0):
         """Stop a member, then wait until every other running member is healthy again: the
