@@ -11,11 +11,13 @@ short_description: Give etcd's disk space back - compact, defragment each member
 description:
   - Compacts the key history to the current revision (waiting until the backend has freed it),
     then defragments the members one at a time (learners and followers first, the leader last,
-    after moving leadership to a member already defragmented), then disarms the NOSPACE alarms.
+    after moving leadership to a member already defragmented, else to the healthy voting member
+    furthest along the raft log, never to a learner), then disarms the NOSPACE alarms.
   - A defragmentation rewrites the member's database and the member answers nothing else
     meanwhile. So it starts only when every member is healthy and a quorum has a leader, each
-    member must answer again before the next one starts, and the first failure stops the run
-    (the result says what was done).
+    member must answer again before the next one starts, and the first failure stops the run;
+    the failed result says what was done before (C(members), C(status)), the member it stopped
+    at with the error (C(stopped_at)) and the members it did not get to (C(not_started)).
   - After a NOSPACE alarm this is what makes etcd accept writes again. If the live data alone
     is at the quota, etcd raises the alarm again at the next write; C(members[].db_size_in_use)
     tells.
@@ -84,9 +86,21 @@ summary:
 status:
   description: >-
     The run in the shape of an EtcdCluster's status.maintenance.lastDefragmentation -
-    compactedRevision and members [{name, dbSizeBefore, dbSizeAfter, seconds}].
+    compactedRevision and members [{name, dbSizeBefore, dbSizeAfter, seconds}] (after a
+    failure, the members defragmented before it).
   type: dict
   returned: always
+stopped_at:
+  description: >-
+    Where a run that failed part-way stopped - name and id of the member (null when the
+    compaction or the disarming failed), stage and error.
+  type: dict
+  returned: failure after the run started
+not_started:
+  description: Names of the members a run that failed part-way did not get to, in order.
+  type: list
+  elements: str
+  returned: failure after the run started
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -106,6 +120,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance i
     MaintenanceFailed,
     MaintenanceRefused,
     describe,
+    describe_failure,
     reclaim_space,
     status_of,
 )
@@ -141,9 +156,15 @@ def main():
     except MaintenanceRefused as exc:
         module.fail_json(msg=f"not defragmenting: {exc}", changed=False)
     except MaintenanceFailed as exc:
+        # msg says it all: the converge's rescue reports it (StepFailed Event and condition).
         module.fail_json(
-            msg=f"{exc} (done before: {describe(exc.result)})",
-            changed=bool(exc.result["members"] or exc.result["compacted_revision"]),
+            msg=describe_failure(str(exc), exc.result),
+            changed=any(
+                exc.result[k]
+                for k in ("members", "compacted_revision", "leader_moved_to", "disarmed")
+            ),
+            summary=describe(exc.result),
+            status=status_of(exc.result),
             **exc.result,
         )
     except EtcdUnreachable as exc:

@@ -7,7 +7,9 @@ A defragmentation rewrites a member's whole database, and the member answers not
 meanwhile (etcd-backup-restore#1061: a 40 s stall of the leader cost every controller its
 lease). So: only with every voting member healthy, one member at a time, learners and followers
 first and the leader last, leadership moved away from it first (etcd-backup-restore#1052);
-each member must answer again before the next one starts, and the first failure stops the run.
+each member must answer again before the next one starts, and the first failure stops the run:
+MaintenanceFailed carries what was done, the member it stopped at with the error, and the
+members it did not get to.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from __future__ import annotations
 import time
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ordinal_of
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_members import (
+    pick_new_leader,
+)
 
 
 class MaintenanceRefused(Exception):
@@ -22,7 +27,10 @@ class MaintenanceRefused(Exception):
 
 
 class MaintenanceFailed(Exception):
-    """A stage failed part-way; ``result`` holds what was done before it."""
+    """A stage failed part-way; ``result`` holds what was done before it, as reclaim_space
+    returns it, and ``stopped_at`` ({name, id, stage, error}: the member it stopped at, None
+    for the compaction or the disarming) and ``not_started`` (the names of the members it did
+    not get to, in order)."""
 
     def __init__(self, message, result):
         super().__init__(message)
@@ -62,10 +70,16 @@ def _status(client, member):
 
 
 def _new_leader(leader, done, members):
-    """Who leads while ``leader`` is defragmented: a voter already defragmented (it will not
-    stall next), else any other voter; None for a one-member cluster."""
-    voters = [m for m in (*done, *members) if m["id"] != leader["id"] and not m.get("is_learner")]
-    return voters[0] if voters else None
+    """Who leads while ``leader`` is defragmented: the first voter already defragmented (it will
+    not stall next), else the healthy voter furthest along the raft log; never a learner. None
+    when ``leader`` is the only voter; raises when no other voter is healthy."""
+    for member in done:
+        if member["id"] != leader["id"] and not member.get("is_learner"):
+            return member
+    target = pick_new_leader(members, leader["id"])
+    if target is None and any(m["id"] != leader["id"] and not m.get("is_learner") for m in members):
+        raise RuntimeError("no other voting member is healthy to take over the leadership")
+    return target
 
 
 def reclaim_space(
@@ -75,7 +89,8 @@ def reclaim_space(
     disarm the NOSPACE alarms. Returns ``{compacted_revision, members: [{name, id, db_size_before,
     db_size_after, db_size_in_use, seconds}], leader_moved_to, disarmed: [names]}``; in check
     mode what would be done (``members`` in order, without sizes after). Raises
-    MaintenanceRefused before anything is done, MaintenanceFailed after."""
+    MaintenanceRefused before anything is done, MaintenanceFailed after (its result also has
+    ``stopped_at`` and ``not_started``)."""
     info = client.cluster_info()
     check_safe(info)
     members = [m for m in info["members"] if names is None or m.get("name") in names]
@@ -89,26 +104,28 @@ def reclaim_space(
     if check:
         result["members"] = [{"name": m.get("name"), "id": m["id"]} for m in order]
         return result
-    stage = "compacting"
+    stage, current, done = "compacting", None, []
     try:
         if compact:
             revision = client.revision(by_id[leader["id"]]["client_urls"][0])
             if client.compact(revision):
                 result["compacted_revision"] = revision
-        done = []
         for member in order:
-            stage = f"defragmenting {member.get('name') or member['id']}"
-            if member["id"] == leader.get("id"):
+            current, name = member, member.get("name") or member["id"]
+            stage = f"defragmenting {name}"
+            before = _status(client, member)
+            # Who leads now, as the member says it: leadership may have changed since the start.
+            if member["id"] == (before.get("leader") or leader.get("id")):
                 target = _new_leader(member, done, info["members"])
                 if target is not None:
-                    stage = f"moving leadership from {member.get('name')} to {target.get('name')}"
+                    stage = f"moving leadership from {name} to {target.get('name')}"
                     client.move_leader(member["client_urls"], target["id"])
                     result["leader_moved_to"] = target.get("name") or target["id"]
-                    stage = f"defragmenting {member.get('name') or member['id']}"
-            before = _status(client, member)
+                    stage = f"defragmenting {name}"
             started = time.monotonic()
             client.defragment(before["endpoint"], defrag_timeout)
             seconds = round(time.monotonic() - started, 3)
+            stage = f"waiting for {name} to answer after its defragmentation"
             after = _status(client, member)
             result["members"].append(
                 {
@@ -121,6 +138,7 @@ def reclaim_space(
                 }
             )
             done.append(member)
+        current = None
         if disarm:
             stage = "disarming the NOSPACE alarm"
             for alarm in client.alarms():
@@ -129,8 +147,20 @@ def reclaim_space(
                     owner = by_id.get(alarm["member_id"]) or {}
                     result["disarmed"].append(owner.get("name") or alarm["member_id"])
     except Exception as exc:  # noqa: BLE001 - reported with what was done
+        result["stopped_at"] = {
+            "name": current.get("name") if current else None,
+            "id": current["id"] if current else None,
+            "stage": stage,
+            "error": str(exc),
+        }
+        result["not_started"] = [
+            m.get("name") or m["id"] for m in order[len(done) + (current is not None) :]
+        ]
         raise MaintenanceFailed(f"{stage} failed: {exc}", result) from exc
     return result
+
+
+NOTHING_DONE = "nothing to do"
 
 
 def _mib(size):
@@ -154,7 +184,18 @@ def describe(result: dict) -> str:
         parts.append(f"leadership moved to {result['leader_moved_to']} first")
     if result.get("disarmed"):
         parts.append(f"NOSPACE disarmed on {', '.join(result['disarmed'])}")
-    return "; ".join(parts) or "nothing to do"
+    return "; ".join(parts) or NOTHING_DONE
+
+
+def describe_failure(message: str, result: dict) -> str:
+    """The line saying where a run stopped (``message``, MaintenanceFailed's), what it had
+    done and which members it did not get to: the module's msg, which the converge's rescue
+    reports (the StepFailed Event and condition)."""
+    done = describe(result)
+    line = f"{message}; done before: {'nothing' if done == NOTHING_DONE else done}"
+    if result.get("not_started"):
+        line += f"; not started: {', '.join(result['not_started'])}"
+    return line
 
 
 def last_defragmentation(status: dict | None) -> dict:

@@ -134,6 +134,14 @@ def member_settings(settings=None):
     merged = {**DEFAULTS, **{k: v for k, v in (settings or {}).items() if v not in (None, "")}}
     for key in INTEGER_SETTINGS:
         merged[key] = int(merged[key])
+    ports = {key: merged[key] for key in ("client_port", "peer_port", "metrics_port")}
+    if len(set(ports.values())) < len(ports):
+        # etcd would fail to bind its second listener and crash-loop every member; the ports
+        # are the operator's settings (roles/quorumkeeper/defaults/main.yml), not a cluster's.
+        raise ValueError(
+            "a member's client, peer and metrics ports must differ, the operator's settings "
+            f"give {ports}: change quorumkeeper_client_port or quorumkeeper_peer_port"
+        )
     return merged
 
 

@@ -80,11 +80,20 @@ def _seconds(stamp) -> float | None:
         return None
 
 
-def _condition_true(obj: dict, kind: str) -> bool:
+def _condition(obj: dict, kind: str) -> dict:
     for condition in (obj.get("status") or {}).get("conditions") or []:
         if condition.get("type") == kind:
-            return condition.get("status") == "True"
-    return False
+            return condition
+    return {}
+
+
+def _condition_true(obj: dict, kind: str) -> bool:
+    return _condition(obj, kind).get("status") == "True"
+
+
+# Progressing's reasons while the operator rebuilds a cluster that lost its quorum and data
+# (qk_plan_recovery): from a surviving member's data, or from a backup restored in place.
+DISASTER_RECOVERY_REASONS = ("RecoveringFromSurvivor", "RecoveringFromBackup")
 
 
 def _meta(obj: dict) -> tuple[str, str]:
@@ -147,6 +156,16 @@ def cluster_metrics(out: Families, clusters: Iterable[dict]) -> None:
             "etcdcluster_quorum_lost_since_timestamp_seconds",
             "When an unrepairable quorum loss was first seen (0: none).",
         ).add(labels, _seconds(recovery.get("quorumLossSince")) or 0)
+        progressing = _condition(cluster, "Progressing")
+        out(
+            "etcdcluster_disaster_recovery_in_progress",
+            "1 while the operator rebuilds the cluster after a quorum loss with lost data "
+            "(from a survivor or a backup), else 0.",
+        ).add(
+            labels,
+            progressing.get("status") == "True"
+            and progressing.get("reason") in DISASTER_RECOVERY_REASONS,
+        )
         defragmentation = (status.get("maintenance") or {}).get("lastDefragmentation") or {}
         if defragmentation.get("at"):
             out(
@@ -178,6 +197,12 @@ def cluster_metrics(out: Families, clusters: Iterable[dict]) -> None:
                     "etcdcluster_member_database_in_use_bytes",
                     "Bytes of the member's database in use (the rest is free pages).",
                 ).add(member_labels, member["dbSizeInUse"])
+            if member.get("volumeUsedPercent") is not None:
+                out(
+                    "etcdcluster_member_volume_used_ratio",
+                    "The member's database and the room etcd's write-ahead log takes, over its "
+                    "volume's capacity: etcd stops with ENOSPC at 1, whatever its quota.",
+                ).add(member_labels, member["volumeUsedPercent"] / 100)
             for alarm in member.get("alarms") or []:
                 out(
                     "etcdcluster_member_alarm",

@@ -160,6 +160,23 @@ def quota_used_percent(size: int, quota) -> int:
     return min(100, size * 100 // quantity_bytes(quota or ETCD_DEFAULT_QUOTA))
 
 
+def volume_used_percent(size: int, capacity) -> int | None:
+    """How full of its volume (``capacity`` bytes) a member's disk gets with a database of
+    ``size`` bytes and the room etcd's write-ahead log takes beside it (``wal_room``), in whole
+    percent, at most 100: etcd stops with ENOSPC at 100, whatever its quota. None without a
+    known capacity (a member without a volume, a claim not bound yet)."""
+    if not capacity:
+        return None
+    return min(100, (size + wal_room(int(capacity))) * 100 // int(capacity))
+
+
+def wal_room(capacity: int) -> int:
+    """The room counted for the write-ahead log beside the database on a volume of
+    ``capacity`` bytes: WAL_ROOM, or half of a volume too small for it (where the default
+    quota is the other half), so that the operator's own defaults never read as a full disk."""
+    return min(WAL_ROOM, capacity // 2)
+
+
 def fragmented_percent(size: int, in_use: int) -> int:
     """The part of a database of ``size`` bytes that is free pages (``in_use`` is not), in whole
     percent."""

@@ -28,6 +28,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options impor
     fragmented_percent,
     quantity_bytes,
     quota_used_percent,
+    volume_used_percent,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_rollout import (
     membership_changing,
@@ -112,12 +113,14 @@ def _live_data_filled_the_quota(ctx: PlanContext, last: dict) -> bool:
 
 
 # spec.maintenance.defragmentation's defaults: a member is defragmented when at least
-# minReclaim would come back and either that much of its database is free pages or its
-# database is that close to its quota.
+# minReclaim would come back and either that much of its database is free pages, or its
+# database is that close to its quota, or it and the write-ahead log's room are that close to
+# filling its volume (qk_options.volume_used_percent).
 DEFAULT_THRESHOLDS = {
     "enabled": True,
     "fragmentedPercent": 50,
     "quotaUsedPercent": 80,
+    "volumeUsedPercent": 80,
     "minReclaim": 64 * MIB,
 }
 # A scheduled time missed by more than this (the operator was down) is skipped, and a schedule
@@ -198,11 +201,16 @@ def _over_thresholds(ctx: PlanContext, thresholds: dict) -> list[tuple[str, str]
             continue
         quota = (ctx.live_peers.get(name) or {}).get("quota_bytes")
         fragmented, used = fragmented_percent(size, in_use), quota_used_percent(size, quota)
+        on_volume = volume_used_percent(size, (ctx.pvcs.get(name) or {}).get("capacity_bytes"))
         free = f"{(size - in_use) // MIB} MiB free"
         if fragmented >= thresholds["fragmentedPercent"]:
             over.append((name, f"{fragmented}% of its database is free pages, {free}"))
         elif used >= thresholds["quotaUsedPercent"]:
             over.append((name, f"its database is at {used}% of its quota, {free}"))
+        elif (on_volume or 0) >= thresholds["volumeUsedPercent"]:
+            over.append(
+                (name, f"its database and write-ahead log take {on_volume}% of its volume, {free}")
+            )
     return over
 
 

@@ -34,6 +34,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options impor
     fragmented_percent,
     human_bytes,
     quota_used_percent,
+    volume_used_percent,
+    wal_room,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_upgrade import (
     PLACEHOLDER_CLUSTER_VERSION,
@@ -81,6 +83,7 @@ MISSING_POD_GRACE_SECONDS = 30
 # `degraded` period (30 s) instead of every `steady` one (5 min): see _space_pressure.
 SPACE_WATCH_PERCENT = 50
 SPACE_WATCH_SECONDS = 600
+VOLUME_WATCH_PERCENT = 80
 # A cluster version etcd has decided (it says ``not_decided`` before).
 DECIDED_CLUSTER_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 
@@ -103,8 +106,12 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     alarms = info.get("alarms") if isinstance(info.get("alarms"), list) else []
     wanted_config = config_hash(observed["config"]) if observed.get("config") else None
     quotas = {p["name"]: p.get("quota_bytes") for p in peers}
+    capacities = {name: pvc.get("capacity_bytes") for name, pvc in pvcs.items()}
     member_statuses = sorted(
-        (_member_status(m, cluster, pods, alarms, wanted_config, quotas) for m in members),
+        (
+            _member_status(m, cluster, pods, alarms, wanted_config, quotas, capacities)
+            for m in members
+        ),
         key=lambda m: ordinal_of(m["name"]),
     )
     leader = next((m for m in members if m.get("is_leader")), None)
@@ -242,6 +249,7 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     if degraded and current_degraded.get("message") != degraded_message:
         events.append({"reason": degraded_reason, "type": "Warning", "message": degraded_message})
     events += _near_quota_events(current.get("members"), member_statuses)
+    events += _nearly_full_volume_events(current.get("members"), member_statuses, capacities)
     if (
         queued
         and ((current.get("maintenance") or {}).get("queuedRequest") or {}).get("request")
@@ -321,10 +329,16 @@ def _volume_size(peers: list[dict], pvcs: dict) -> str:
 
 def _space_pressure(status: dict, current: dict, now: str | None) -> bool:
     """Whether etcd may run out of space before the steady period (5 min) brings the next
-    look: etcd raises NOSPACE without anything Kubernetes sees. True for a database past
-    SPACE_WATCH_PERCENT of its quota, or a cluster that ran out of space in the last
-    SPACE_WATCH_SECONDS (its writer is likely still writing)."""
+    look: etcd raises NOSPACE (or stops on a full disk) without anything Kubernetes sees. True
+    for a database past SPACE_WATCH_PERCENT of its quota, a member past VOLUME_WATCH_PERCENT
+    of its volume, or a cluster that ran out of space in the last SPACE_WATCH_SECONDS (its
+    writer is likely still writing)."""
     if (status.get("quotaUsedPercent") or 0) >= SPACE_WATCH_PERCENT:
+        return True
+    if any(
+        (m.get("volumeUsedPercent") or 0) >= VOLUME_WATCH_PERCENT
+        for m in status.get("members") or []
+    ):
         return True
     last = last_defragmentation(current)
     if last.get("reason") != "NOSPACE":
@@ -435,6 +449,40 @@ def _near_quota_events(current_members: list | None, members: list[dict]) -> lis
     return events
 
 
+# A member whose database and write-ahead log room take this much of its volume gets a
+# warning: etcd stops with ENOSPC when the disk is full, whatever its quota.
+NEARLY_FULL_VOLUME_PERCENT = 90
+
+
+def _nearly_full_volume_events(
+    current_members: list | None, members: list[dict], capacities: dict
+) -> list[dict]:
+    """A Warning for each member whose volumeUsedPercent crossed NEARLY_FULL_VOLUME_PERCENT."""
+    before = {m.get("name"): m.get("volumeUsedPercent") for m in current_members or []}
+    events = []
+    for member in members:
+        used, was = member.get("volumeUsedPercent"), before.get(member["name"])
+        capacity = int(capacities.get(member["name"]) or 0)
+        if used is None or used < NEARLY_FULL_VOLUME_PERCENT or not capacity:
+            continue
+        if (was or 0) >= NEARLY_FULL_VOLUME_PERCENT:
+            continue
+        events.append(
+            {
+                "reason": "VolumeNearlyFull",
+                "type": "Warning",
+                "message": f"member {member['name']}'s database ({human_bytes(member['dbSize'])}) "
+                "and the room etcd's write-ahead log takes "
+                f"({human_bytes(wal_room(capacity))}) fill {used}% of its "
+                f"{human_bytes(capacity)} volume: etcd stops with ENOSPC when the disk is "
+                "full, before its quota trips. Grow the volume "
+                "(spec.storage.volumeClaimTemplate), or lower spec.options.quotaBackendBytes; a "
+                "defragmentation gives back free pages",
+            }
+        )
+    return events
+
+
 def _monitoring_events(current: dict, monitoring: dict | None) -> list[dict]:
     """A Warning when the monitoring objects asked for cannot be made, once per message."""
     if not monitoring or monitoring["status"] == "True" or monitoring["reason"] == NOT_REQUESTED:
@@ -461,6 +509,17 @@ def _spread_condition(members: list, cluster: str, pods: dict, zones: dict) -> d
     if not placed:
         return None
     can_lose = voters - (voters // 2 + 1)
+    if can_lose == 0:
+        # One or two voting members lose quorum with any one of them, wherever they run: no
+        # placement is at fault (a member being replaced is such a moment), so no warning.
+        return {
+            "type": "MembersSpread",
+            "status": "False",
+            "reason": "TooFewMembersToSpread",
+            "message": f"{voters} voting member{'s' if voters > 1 else ''}: losing any one "
+            "loses quorum wherever it runs; 3 or more members spread over nodes keep a "
+            "quorum through the loss of one",
+        }
     domains = [("node", "QuorumOnOneNode", placed)]
     if any(zones.get(node) for node in placed.values()):
         in_zone = {name: zones.get(node) or f"no zone ({node})" for name, node in placed.items()}
@@ -517,6 +576,7 @@ def _member_status(
     alarms: list | None = None,
     wanted_config=None,
     quotas: dict | None = None,
+    capacities: dict | None = None,
 ) -> dict:
     name = member_peer_name(member, cluster)
     pod = pods.get(name) or {}
@@ -538,6 +598,9 @@ def _member_status(
         status["dbSizeInUse"] = int(member["db_size_in_use"])
     if "dbSize" in status:
         status["quotaUsedPercent"] = quota_used_percent(status["dbSize"], (quotas or {}).get(name))
+        on_volume = volume_used_percent(status["dbSize"], (capacities or {}).get(name))
+        if on_volume is not None:
+            status["volumeUsedPercent"] = on_volume
         if "dbSizeInUse" in status and status["dbSize"]:
             status["fragmentedPercent"] = fragmented_percent(
                 status["dbSize"], status["dbSizeInUse"]

@@ -326,6 +326,7 @@ def test_etcdcluster_status_fields():
         "alarms",
         "quotaUsedPercent",
         "fragmentedPercent",
+        "volumeUsedPercent",
         "configUpToDate",
     }
     assert status["conditions"]["x-kubernetes-list-type"] == "map"

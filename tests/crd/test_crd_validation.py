@@ -1369,3 +1369,33 @@ def test_quota_above_eight_gibibytes_needs_saying_so(kube_api, namespace):
 )
 def test_bad_options_rejected(kube_api, namespace, options, message):
     rejected(create(kube_api, namespace, cluster(options=options)), message)
+
+
+@pytest.mark.parametrize(
+    "thresholds, message",
+    [
+        ({"minReclaim": "-64Mi"}, "spec.maintenance.defragmentation.thresholds.minReclaim"),
+        ({"minReclaim": -1}, "spec.maintenance.defragmentation.thresholds.minReclaim"),
+        ({"minReclaim": "a lot"}, "spec.maintenance.defragmentation.thresholds.minReclaim"),
+        ({"volumeUsedPercent": 0}, "thresholds.volumeUsedPercent"),
+        ({"volumeUsedPercent": 101}, "thresholds.volumeUsedPercent"),
+        ({"quotaUsedPercent": 0}, "thresholds.quotaUsedPercent"),
+        ({"fragmentedPercent": 101}, "thresholds.fragmentedPercent"),
+    ],
+    ids=lambda v: json.dumps(v) if isinstance(v, dict) else "",
+)
+def test_bad_defragmentation_thresholds_rejected(kube_api, namespace, thresholds, message):
+    maintenance = {"defragmentation": {"thresholds": thresholds}}
+    rejected(create(kube_api, namespace, cluster(maintenance=maintenance)), message)
+
+
+def test_defragmentation_thresholds_take_their_defaults(kube_api, namespace):
+    maintenance = {"defragmentation": {"thresholds": {"minReclaim": "128Mi"}}}
+    created = accepted(create(kube_api, namespace, cluster("d", maintenance=maintenance)))
+    assert created["spec"]["maintenance"]["defragmentation"]["thresholds"] == {
+        "enabled": True,
+        "fragmentedPercent": 50,
+        "quotaUsedPercent": 80,
+        "volumeUsedPercent": 80,
+        "minReclaim": "128Mi",
+    }

@@ -129,6 +129,13 @@ def test_a_cluster_out_of_space_accepts_writes_again(etcd_cluster):
     assert {"DatabaseQuotaExceeded", "SpaceReclaimed"} <= etcd_cluster.event_reasons()
     assert not [m for m in status["members"] if m.get("alarms")], status["members"]
     assert all(m["dbSize"] > 0 and m["dbSizeInUse"] > 0 for m in status["members"])
+    # How full each member's volume gets: its database and, on a 128Mi claim, half the claim
+    # counted for the write-ahead log (the default quota's share being the other half).
+    capacity = kube.get("pvc", f"{name}-0", ns)["status"]["capacity"]["storage"]
+    assert capacity == "128Mi", capacity
+    for member in status["members"]:
+        expected = (member["dbSize"] + (64 << 20)) * 100 // (128 << 20)
+        assert member["volumeUsedPercent"] == expected, member
 
     with etcd_client(ConnectionProfile([endpoint], timeout=5)) as client:
         assert client.alarms() == []

@@ -3,8 +3,13 @@ proxy) scraping the local cluster with the scrape jobs of config/prometheus/scra
 and the alert rules of config/prometheus/rules.yaml:
 
 - every query of the Grafana dashboard returns series for a running cluster with a backup;
-- a member cut off the network makes EtcdMemberDown fire, and it clears once the member serves
-  again;
+- a member killed for good (its pod and its claim deleted, its data gone) while the cluster is
+  paused makes EtcdMemberDown fire for it: its pod, recreated by its ReplicaSet, stays Pending
+  without its claim, so Prometheus has no target for it while it scrapes the other members (and
+  the paused cluster's status still says healthy). Once the cluster is resumed the operator
+  replaces the member (same name, new member ID), the cluster is Available with 3 members and
+  the data written before, and the alert clears with the member, under that same name, scraped
+  up and reported healthy again;
 - a backup schedule whose backups stop succeeding makes EtcdBackupTooOld fire.
 
 The rules are the shipped ones except their `for` durations, all shortened to 5 s so that the
@@ -14,7 +19,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -26,10 +31,6 @@ from dashboardhelpers import dashboard, queries
 from freeports import free_port
 from kubehelpers import ROOT, STATE, WaitTimeout, wait_until
 from prometheushelpers import tool
-
-sys.path.insert(0, str(ROOT / "hack" / "cluster"))
-
-import faults  # noqa: E402
 
 pytestmark = pytest.mark.cluster
 
@@ -92,14 +93,18 @@ class Prometheus:
     def query(self, expr: str) -> list[dict]:
         return self.api("query", query=expr)["result"]
 
-    def firing(self, alertname: str, **labels) -> list[dict]:
+    def active(self, alertname: str, **labels) -> list[dict]:
+        """The alert's pending and firing instances with these labels (resolved ones are not
+        listed)."""
         return [
             a
             for a in self.api("alerts")["alerts"]
             if a["labels"].get("alertname") == alertname
-            and a["state"] == "firing"
             and all(a["labels"].get(k) == v for k, v in labels.items())
         ]
+
+    def firing(self, alertname: str, **labels) -> list[dict]:
+        return [a for a in self.active(alertname, **labels) if a["state"] == "firing"]
 
     def stop(self):
         self.process.terminate()
@@ -165,25 +170,63 @@ def test_prometheus_sees_the_clusters_alerts_fire_and_clear_and_the_dashboard_ha
         raise AssertionError(f"dashboard queries without series: {empty}") from timeout
     assert not prometheus.firing("EtcdMemberDown", namespace=ns, etcdcluster=name)
 
-    # A member cut off the network is down for Prometheus, and then no more.
+    # A member killed for good while the cluster is paused (the operator must not repair it
+    # before the alert's `for` elapses): down for Prometheus until the cluster is resumed.
     member = f"{name}-1"
-    pod = etcd_cluster.pod_of(member)["metadata"]["name"]
-    faults.partition_pod(ns, pod)
+    old_id = etcd_cluster.member_ids()[member]
+    etcd_cluster.patch_spec(paused=True)
     try:
+        wait_until(
+            "the operator to report the pause",
+            lambda: (
+                (paused := etcd_cluster.get())["status"].get("phase") == "Paused"
+                and paused["status"].get("observedGeneration") == paused["metadata"]["generation"]
+            ),
+            timeout=60,
+        )
+        pod = etcd_cluster.pod_of(member)["metadata"]["name"]
+        # A claim in use stays Terminating until its pod is gone (pvc-protection).
+        kube("delete", "pvc", member, "-n", ns, "--wait=false")
+        kube("delete", "pod", pod, "-n", ns, "--wait=false")
+        wait_until("the claim gone", lambda: not kube.exists("pvc", member, ns), timeout=60)
         wait_until(
             f"EtcdMemberDown firing for {member}",
             lambda: prometheus.firing("EtcdMemberDown", namespace=ns, member=member),
             timeout=90,
             interval=1,
         )
+        # Down for Prometheus because nobody repaired it: the member still has no claim.
+        assert not kube.exists("pvc", member, ns)
+        assert etcd_cluster.get()["status"]["phase"] == "Paused"
     finally:
-        faults.heal_pod(ns, pod)
-    etcd_cluster.wait_available(3)
+        etcd_cluster.patch_spec(paused=False)
+    resumed = time.monotonic()
+
+    # Resumed, the operator replaces the member; the alert clears for that very member: it is
+    # scraped and reported healthy again under its name (not merely gone from the series).
+    etcd_cluster.wait_available(3, timeout=240)
+    available_after = time.monotonic() - resumed
+    new_id = etcd_cluster.member_ids().get(member)
+    assert new_id not in (None, old_id), f"{member} not replaced: {etcd_cluster.member_ids()}"
+    assert "ReplacingMember" in etcd_cluster.event_reasons()
+    member_labels = f'namespace="{ns}", etcdcluster="{name}", member="{member}"'
     wait_until(
-        f"EtcdMemberDown cleared for {member}",
-        lambda: not prometheus.firing("EtcdMemberDown", namespace=ns, member=member),
+        f"EtcdMemberDown cleared for {member}, scraped up and healthy",
+        lambda: (
+            not prometheus.active("EtcdMemberDown", namespace=ns, member=member)
+            and prometheus.query(f'up{{job="etcd", {member_labels}}} == 1')
+            and prometheus.query(f"quorumkeeper_etcdcluster_member_healthy{{{member_labels}}} == 1")
+        ),
         timeout=90,
         interval=1,
+    )
+    cleared_after = time.monotonic() - resumed
+    assert not prometheus.active("EtcdMemberDown", namespace=ns, etcdcluster=name)
+    assert all(etcd_cluster.value(f"/observed/{i}") == "x" for i in range(20))
+    print(
+        f"\n{member} replaced (member ID {old_id} -> {new_id}): Available "
+        f"{available_after:.0f} s after the resume, EtcdMemberDown cleared after "
+        f"{cleared_after:.0f} s"
     )
 
     # Backups that stop succeeding: the schedule's last success ages past two intervals.

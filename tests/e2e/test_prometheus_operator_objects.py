@@ -82,7 +82,7 @@ def test_monitoring_objects_follow_the_spec_and_wait_for_the_crds(etcd_cluster, 
             timeout=90,
         )
         assert in_place["message"] == (
-            f"PodMonitor {name} (every 15s) and PrometheusRule {name} (15 alerts) in place"
+            f"PodMonitor {name} (every 15s) and PrometheusRule {name} (16 alerts) in place"
         )
         uid = etcd_cluster.get()["metadata"]["uid"]
 

@@ -1,9 +1,14 @@
 """etcd_defragment against real etcd 3.4/3.5/3.6: a cluster driven to its NOSPACE alarm by a
 writer overwriting keys accepts writes again after one run (compacted, defragmented member by
 member with the leader last and leadership moved first, alarm disarmed), with the latest value
-of every key intact; check mode and an unhealthy cluster change nothing."""
+of every key intact; check mode and an unhealthy cluster change nothing; a defragmentation that
+times out stops the run there and reports the members done before it."""
 
 from __future__ import annotations
+
+import contextlib
+import socket
+import threading
 
 import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
@@ -13,6 +18,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     EtcdOperationError,
 )
+
+import etcdharness
 
 QUOTA = 16 << 20
 VALUE = b"x" * (128 << 10)
@@ -111,3 +118,132 @@ def test_refused_while_a_member_is_down(small_quota_cluster, run_module):
     with client_of(cluster, ["n0", "n1"]) as client:
         count, _ = client.key_count(cluster.endpoints(["n0"])[0], revision=revision)
         assert count == 1, "nothing was compacted"
+
+
+class HoldingProxy:
+    """A TCP proxy to one member's client port that forwards both ways until, once ``armed``,
+    the client sends a Defragment call: from then on what the client sends is held back, so
+    that the member never gets the call and the caller waits for its answer (a member stalled
+    by its defragmentation, as seen from the module)."""
+
+    MARKER = b"/etcdserverpb.Maintenance/Defragment"
+
+    def __init__(self, upstream_port):
+        self.upstream_port = upstream_port
+        self.armed = False
+        self.holding = threading.Event()
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self.sockets = [self.server]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self.server.accept()
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                return
+            self.sockets += [client, upstream]
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, source, sink, from_client):
+        tail = b""
+        while True:
+            try:
+                data = source.recv(65536)
+            except OSError:
+                return
+            if not data:
+                with contextlib.suppress(OSError):
+                    sink.shutdown(socket.SHUT_WR)
+                return
+            if from_client:
+                # grpcio sends a call's path as a plain literal the first time on a connection.
+                if self.armed and self.MARKER in tail + data:
+                    self.holding.set()
+                tail = (tail + data)[-len(self.MARKER) :]
+                if self.holding.is_set():
+                    continue
+            try:
+                sink.sendall(data)
+            except OSError:
+                return
+
+    def close(self):
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+
+@pytest.fixture
+def proxied_cluster(etcd_bin, etcd_version, tmp_path):
+    """3 members named by ordinal as pods are (the order goes by it), each advertising a
+    HoldingProxy to its client port: what the module asks a member by name (its status, its
+    defragmentation) goes through that member's proxy."""
+    proxies = {}
+
+    def advertise(node):
+        proxies[node.name] = HoldingProxy(node.client_port)
+        return proxies[node.name].url
+
+    cluster = etcdharness.EtcdCluster(etcd_bin, etcd_version, tmp_path / "c")
+    try:
+        cluster.start(3, prefix="etcd-", advertise_client_url=advertise)
+        yield cluster, proxies
+    finally:
+        cluster.teardown()
+        for proxy in proxies.values():
+            proxy.close()
+
+
+def defragmentations(cluster, name):
+    """How many defragmentations member ``name`` started, as its log says."""
+    log = cluster.nodes[name].log_path.read_text(errors="replace")
+    return log.count("starting defragment")
+
+
+def test_a_defragmentation_that_times_out_stops_and_reports_the_members_done(
+    proxied_cluster, run_module
+):
+    cluster, proxies = proxied_cluster
+    with client_of(cluster) as client:
+        for i in range(24):  # history for the compaction to free, the defragmentation to return
+            client.put("/history", VALUE[:-8] + f"{i:08d}".encode())
+    leader = leader_name(run_module, cluster)
+    first, stalled = sorted(n for n in cluster.nodes if n != leader)
+    proxies[stalled].armed = True
+
+    res = run_module(
+        "etcd_defragment", {"endpoints": cluster.endpoints(), "defrag_timeout": 3, "timeout": 5}
+    )
+    assert res["failed"] and res["changed"] is True, res
+    assert proxies[stalled].holding.is_set(), "the run reached the stalled member's turn"
+    # The member done before it, with its sizes, in the result and in the status shape.
+    assert [m["name"] for m in res["members"]] == [first], (leader, res["msg"])
+    done = res["members"][0]
+    assert done["db_size_after"] < done["db_size_before"], done
+    assert [m["name"] for m in res["status"]["members"]] == [first]
+    assert res["status"]["compactedRevision"] == res["compacted_revision"] > 24
+    # Where it stopped, with the error; the leader not started, not even handed over.
+    assert res["stopped_at"]["name"] == stalled, res["stopped_at"]
+    assert res["stopped_at"]["stage"] == f"defragmenting {stalled}"
+    assert res["stopped_at"]["error"].startswith(f"Defragment via {proxies[stalled].url} failed")
+    assert res["not_started"] == [leader]
+    assert res["leader_moved_to"] is None
+    msg = res["msg"]
+    assert msg.startswith(f"defragmenting {stalled} failed: Defragment via "), msg
+    assert f"; done before: compacted to revision {res['compacted_revision']}; " in msg, msg
+    assert f"defragmented {first} " in msg and msg.endswith(f"; not started: {leader}"), msg
+    assert res["summary"] == msg.split("; done before: ")[1].split("; not started")[0]
+
+    assert defragmentations(cluster, first) == 1
+    assert defragmentations(cluster, stalled) == 0, "its call was held back"
+    assert defragmentations(cluster, leader) == 0, "the run stopped before the leader"
+    proxies[stalled].close()
+    assert leader_name(run_module, cluster) == leader

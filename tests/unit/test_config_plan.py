@@ -384,6 +384,23 @@ def test_five_members_may_lose_a_node_holding_two():
     assert condition["status"] == "True", condition
 
 
+def test_one_or_two_voting_members_blame_no_placement():
+    # The moment a member is replaced (3 -> 2 -> 3 voting members), or a cluster of 1 or 2:
+    # any member lost loses quorum, on one node or on two.
+    for nodes in (["n1", "n2"], ["n1", "n1"], ["n1"]):
+        observed = placed(nodes)
+        for name in [f"c-{i}" for i in range(len(nodes), 3)]:
+            observed["etcd"]["members"] = [
+                m for m in observed["etcd"]["members"] if m["name"] != name
+            ]
+            observed["pods"].pop(name)
+        condition, events = spread_of(observed)
+        assert (condition["status"], condition["reason"]) == ("False", "TooFewMembersToSpread")
+        voters = len(nodes)
+        assert condition["message"].startswith(f"{voters} voting member")
+        assert events == []
+
+
 def test_members_without_a_node_yet_say_nothing_about_spreading():
     observed = cluster(configs=(NEW, NEW, NEW))
     result = report(observed, plan(observed))

@@ -94,6 +94,71 @@ def test_a_member_close_to_its_quota_with_enough_to_give_back_is_defragmented():
     assert "its database is at 82% of its quota, 90 MiB free" in step["message"]
 
 
+def with_volumes(observed, capacity):
+    for claim in observed["pvcs"].values():
+        claim.update(phase="Bound", capacity=f"{capacity // MIB}Mi", capacity_bytes=capacity)
+    return observed
+
+
+def test_a_member_close_to_filling_its_volume_is_defragmented_and_warned():
+    # A 2Gi quota set by hand on a 1Gi volume would let the disk fill before NOSPACE: 460 MiB
+    # of database and the write-ahead log's 384 MiB take 82% of the volume (quota at 22%).
+    members = [member(0, leader=True), member(1, 460 * MIB, 360 * MIB), member(2)]
+    observed = with_volumes(observation(members), 1024 * MIB)
+    for p in observed["peers"]:
+        p["quota_bytes"] = 2048 * MIB
+    step = plan(observed)
+    assert (step["action"], step["members"]) == ("defragment", [{"name": "c-1"}])
+    assert (
+        "c-1: its database and write-ahead log take 82% of its volume, 100 MiB free"
+        in (step["message"])
+    )
+    policy = {"defragmentation": {"thresholds": {"volumeUsedPercent": 90}}}
+    policed = with_volumes(observation(members, policy), 1024 * MIB)
+    for p in policed["peers"]:
+        p["quota_bytes"] = 2048 * MIB
+    assert plan(policed)["action"] == "none"
+    # Without a known capacity (a member without a volume) there is nothing to compare with.
+    observed = observation(members)
+    for p in observed["peers"]:
+        p["quota_bytes"] = 2048 * MIB
+    assert plan(observed)["action"] == "none"
+
+    full = [member(0, leader=True), member(1, 560 * MIB, 550 * MIB), member(2)]
+    observed_full = with_volumes(observation(full), 1024 * MIB)
+    for p in observed_full["peers"]:
+        p["quota_bytes"] = 2048 * MIB
+    result = report(observed_full, plan(observed_full))
+    used = [m.get("volumeUsedPercent") for m in result["status"]["members"]]
+    assert used == [47, 92, 47]
+    assert result["status"]["quotaUsedPercent"] == 27
+    (event,) = [e for e in result["events"] if e["reason"] == "VolumeNearlyFull"]
+    assert event["type"] == "Warning"
+    assert (
+        "member c-1's database (560Mi) and the room etcd's write-ahead log takes (384Mi) fill "
+        "92% of its 1Gi volume" in event["message"]
+    )
+    # The operator's defaults on a small volume do not read as a full disk: half of a 128Mi
+    # volume is counted for the log, the default quota (64Mi) is the other half.
+    small = with_volumes(observation([member(i, 20 * MIB, 20 * MIB) for i in range(3)]), 128 * MIB)
+    assert [m["volumeUsedPercent"] for m in report(small, plan(small))["status"]["members"]] == [
+        65,
+        65,
+        65,
+    ]
+    # A cluster this close to filling a volume is looked at every `degraded` period (30 s),
+    # not every `steady` one: nothing Kubernetes sees tells of a disk filling.
+    assert result["requeue"] == "degraded"
+    # Warned once: the status it wrote already says 92%.
+    observed_full["current"] = {"members": result["status"]["members"]}
+    again = report(observed_full, plan(observed_full))
+    assert not [e for e in again["events"] if e["reason"] == "VolumeNearlyFull"]
+    unknown = observation(full)
+    for p in unknown["peers"]:
+        p["quota_bytes"] = 2048 * MIB
+    assert report(unknown, plan(unknown))["requeue"] == "steady"
+
+
 def test_too_little_to_give_back_is_not_worth_a_defragmentation():
     members = [member(0, 200 * MIB, 40 * MIB, leader=True), member(1), member(2)]
     assert plan(observation(members))["action"] == "defragment"

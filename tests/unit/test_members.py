@@ -119,6 +119,17 @@ def test_members_serve_metrics_on_a_port_of_their_own_with_scrape_annotations():
     assert annotations["prometheus.io/path"] == "/metrics"
 
 
+@pytest.mark.parametrize(
+    "settings",
+    [{"client_port": 2381}, {"peer_port": "2381"}, {"client_port": 2380}],
+    ids=["client-on-metrics", "peer-on-metrics", "client-on-peer"],
+)
+def test_ports_that_collide_are_refused_naming_the_setting(settings):
+    with pytest.raises(ValueError, match="ports must differ.*quorumkeeper_client_port"):
+        render_replicaset("c-0", "ns", copy.deepcopy(SPEC), settings)
+    assert member_settings({"client_port": 2479})["client_port"] == 2479
+
+
 def test_replicaset_takes_the_pod_template_settings():
     spec = copy.deepcopy(SPEC)
     spec["podTemplate"] = {

@@ -118,6 +118,24 @@ def test_a_cluster_becomes_its_gauges():
     assert metric(samples, "exporter_up") == 1
 
 
+def test_a_disaster_recovery_under_way_shows_until_it_ends():
+    def in_progress(reason, status="True"):
+        rebuilt = cluster()
+        rebuilt["status"]["conditions"] = [
+            {"type": "Progressing", "status": status, "reason": reason}
+        ]
+        samples = parse(render(families(clusters=[rebuilt])))
+        return metric(
+            samples, "etcdcluster_disaster_recovery_in_progress", namespace="ns", etcdcluster="c"
+        )
+
+    assert in_progress("RecoveringFromSurvivor") == 1
+    assert in_progress("RecoveringFromBackup") == 1
+    assert in_progress("RecoveringFromBackup", status="False") == 0
+    assert in_progress("ScalingUp") == 0
+    assert in_progress("RecoveryFailed") == 0
+
+
 def test_a_cluster_not_observed_yet_has_no_member_gauges_nor_a_tolerance():
     samples = parse(render(families(clusters=[cluster()])))
     assert not [k for k in samples if k[0].startswith("quorumkeeper_etcdcluster_member_")]

@@ -193,7 +193,7 @@ def test_missing_objects_are_written_and_the_condition_names_them():
     condition = plan["condition"]
     assert (condition["status"], condition["reason"]) == ("True", "MonitoringObjectsInPlace")
     assert condition["message"] == (
-        "PodMonitor c (every 15s) and PrometheusRule c (15 alerts) in place"
+        "PodMonitor c (every 15s) and PrometheusRule c (16 alerts) in place"
     )
 
 
