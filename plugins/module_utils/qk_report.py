@@ -427,23 +427,35 @@ def _queued_defragmentation(observed: dict, current: dict, step: dict) -> dict |
 NEAR_QUOTA_PERCENT = 80
 
 
+def _members_crossing(current_members: list | None, members: list[dict], field: str, percent):
+    """The members whose ``field`` reached ``percent`` in this report and had not in the last
+    one (current_members): each is warned once per crossing."""
+    before = {m.get("name"): m.get(field) for m in current_members or []}
+    return [
+        member
+        for member in members
+        if member.get(field) is not None
+        and member[field] >= percent
+        and (before.get(member["name"]) or 0) < percent
+    ]
+
+
 def _near_quota_events(current_members: list | None, members: list[dict]) -> list[dict]:
     """A Warning for each member whose database crossed NEAR_QUOTA_PERCENT of its quota."""
-    before = {m.get("name"): m.get("quotaUsedPercent") for m in current_members or []}
     events = []
-    for member in members:
-        used, was = member.get("quotaUsedPercent"), before.get(member["name"])
-        if used is None or used < NEAR_QUOTA_PERCENT or (was or 0) >= NEAR_QUOTA_PERCENT:
-            continue
+    for member in _members_crossing(
+        current_members, members, "quotaUsedPercent", NEAR_QUOTA_PERCENT
+    ):
         in_use = member.get("dbSizeInUse", member["dbSize"])
         events.append(
             {
                 "reason": "DatabaseNearQuota",
                 "type": "Warning",
-                "message": f"member {member['name']}'s database uses {used}% of its quota "
-                f"({human_bytes(member['dbSize'])}, {human_bytes(in_use)} in use): etcd refuses "
-                "writes at 100% (NOSPACE). Delete keys you no longer need, or raise "
-                "spec.options.quotaBackendBytes within the volume",
+                "message": f"member {member['name']}'s database uses "
+                f"{member['quotaUsedPercent']}% of its quota ({human_bytes(member['dbSize'])}, "
+                f"{human_bytes(in_use)} in use): etcd refuses writes at 100% (NOSPACE). Delete "
+                "keys you no longer need, or raise spec.options.quotaBackendBytes within the "
+                "volume",
             }
         )
     return events
@@ -457,24 +469,21 @@ NEARLY_FULL_VOLUME_PERCENT = 90
 def _nearly_full_volume_events(
     current_members: list | None, members: list[dict], capacities: dict
 ) -> list[dict]:
-    """A Warning for each member whose volumeUsedPercent crossed NEARLY_FULL_VOLUME_PERCENT."""
-    before = {m.get("name"): m.get("volumeUsedPercent") for m in current_members or []}
+    """A Warning for each member whose volumeUsedPercent crossed NEARLY_FULL_VOLUME_PERCENT
+    (set only for a member whose claim's capacity is known)."""
     events = []
-    for member in members:
-        used, was = member.get("volumeUsedPercent"), before.get(member["name"])
-        capacity = int(capacities.get(member["name"]) or 0)
-        if used is None or used < NEARLY_FULL_VOLUME_PERCENT or not capacity:
-            continue
-        if (was or 0) >= NEARLY_FULL_VOLUME_PERCENT:
-            continue
+    for member in _members_crossing(
+        current_members, members, "volumeUsedPercent", NEARLY_FULL_VOLUME_PERCENT
+    ):
+        capacity = int(capacities[member["name"]])
         events.append(
             {
                 "reason": "VolumeNearlyFull",
                 "type": "Warning",
                 "message": f"member {member['name']}'s database ({human_bytes(member['dbSize'])}) "
                 "and the room etcd's write-ahead log takes "
-                f"({human_bytes(wal_room(capacity))}) fill {used}% of its "
-                f"{human_bytes(capacity)} volume: etcd stops with ENOSPC when the disk is "
+                f"({human_bytes(wal_room(capacity))}) fill {member['volumeUsedPercent']}% of "
+                f"its {human_bytes(capacity)} volume: etcd stops with ENOSPC when the disk is "
                 "full, before its quota trips. Grow the volume "
                 "(spec.storage.volumeClaimTemplate), or lower spec.options.quotaBackendBytes; a "
                 "defragmentation gives back free pages",
