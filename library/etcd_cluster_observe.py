@@ -42,6 +42,13 @@ options:
       - The StorageClass of a claim that asks for less is read, so that C(pvcs) says whether it
         can grow in place (C(expandable)); omitted, no StorageClass is read.
     type: raw
+  volume_size_limit:
+    description:
+      - The size the operator may grow the volumes to when their live data fills the quota
+        (C(spec.maintenance.spaceRecovery.maxVolumeSize)). The StorageClass of a claim that asks
+        for less than it is read too, so that C(pvcs) says whether it can grow in place. Only
+        with I(volume_size).
+    type: raw
   wait_ready:
     description:
       - Members (EtcdPeer names) whose pod Kubernetes should say is ready before the
@@ -382,7 +389,10 @@ def observe_kubernetes(p, cached, direct):
         pvc = read_member_claim(cached, direct, peer["name"], namespace, peer["pvc_uid"])
         pvcs[peer["name"]] = summarize_pvc(pvc)
     if p["volume_size"] is not None:
-        mark_expandable(direct, pvcs, quantity_bytes(p["volume_size"]))
+        wanted = quantity_bytes(p["volume_size"])
+        if p["volume_size_limit"] not in (None, ""):
+            wanted = max(wanted, quantity_bytes(p["volume_size_limit"]))
+        mark_expandable(direct, pvcs, wanted)
     replicasets = {peer["name"]: summarize_replicaset(None) for peer in peers}
     for replicaset in direct.list("apps/v1", "ReplicaSet", namespace, label_selector=selector):
         peer_name = (replicaset["metadata"].get("labels") or {}).get(PEER_LABEL)
@@ -559,6 +569,7 @@ ARGUMENT_SPEC = {
     "cluster_domain": {"type": "str", "default": DEFAULT_DOMAIN},
     "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
     "volume_size": {"type": "raw"},
+    "volume_size_limit": {"type": "raw"},
     "wait_ready": {"type": "list", "elements": "str", "default": []},
     "wait_ready_timeout": {"type": "float", "default": 3},
     "monitoring": {"type": "dict"},

@@ -6,8 +6,9 @@
 
 Idempotent. The stores run as Deployments behind Services in the namespace `object-stores`; the
 operator reaches them by Service name, as it would reach a store in production, and this host
-reaches them through the Services' ClusterIPs (kube-proxy). The e2e tests use the same code
-(tests/e2e/objectstores.py). Stores keep data in emptyDirs or memory: a restarted pod is empty.
+reaches them at a ready pod's IP (host_endpoint says why not the ClusterIP). The e2e tests use
+the same code (tests/e2e/objectstores.py). Stores keep data in emptyDirs or memory: a restarted
+pod is empty.
 """
 
 from __future__ import annotations
@@ -156,13 +157,38 @@ def deploy(kubectl, timeout: float = 180) -> None:
 
 
 def host_endpoint(kubectl, store: Store) -> str:
-    """The store as this host reaches it: the Service's ClusterIP, through kube-proxy."""
-    service = json.loads(kubectl("get", "service", store.name, "-n", NAMESPACE, "-o", "json"))
-    return f"http://{service['spec']['clusterIP']}:{store.port}"
+    """The store as this host reaches it: a ready pod's IP, over the pod network's bridge.
+
+    Not the Service's ClusterIP: from this host that depends on kube-proxy's rules for it,
+    and CI twice saw them missing for minutes (every call to moto's ClusterIP answered 404 by
+    the machine's egress proxy, a restart of the store did not help). This host only creates
+    buckets and reads objects back; the operator's path, through the Service's name, is what
+    the tests exercise."""
+    pods = json.loads(
+        kubectl(
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            f"app.kubernetes.io/name={store.name}",
+            "-o",
+            "json",
+        )
+    )["items"]
+    for pod in pods:
+        status = pod.get("status", {})
+        ready = any(
+            c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions", [])
+        )
+        if ready and status.get("podIP") and not pod["metadata"].get("deletionTimestamp"):
+            return f"http://{status['podIP']}:{store.port}"
+    raise RuntimeError(f"no ready {store.name} pod: {pods_not_ready(kubectl)}")
 
 
 def host_client(kubectl, store: Store):
-    """A boto3 S3 client or a google-cloud-storage client for the store, from this host."""
+    """A boto3 S3 client or a google-cloud-storage client for the store, from this host (a
+    restarted store has a new pod IP: make a new client after a restart)."""
     endpoint = host_endpoint(kubectl, store)
     if store.scheme == "s3":
         import boto3
@@ -197,8 +223,10 @@ def ensure_bucket(
 ) -> None:
     """Create the bucket unless it exists; retried while the Service's endpoints catch up.
 
-    ``on_stuck`` (e.g. restart_store) is called once when half the time has passed without the
-    bucket: a store that answers every call with an error is not going to get better by itself.
+    ``on_stuck`` (e.g. a restart_store) is called once when half the time has passed without
+    the bucket: a store that answers every call with an error is not going to get better by
+    itself. What it returns, unless None, is the client to go on with (a restarted store's pod
+    has a new IP).
     Raises RuntimeError naming the store, every distinct answer seen and who gave it when the
     bucket is still missing at the deadline."""
     started = time.monotonic()
@@ -222,7 +250,7 @@ def ensure_bucket(
         now = time.monotonic()
         if on_stuck is not None and not stuck_called and now - started > timeout / 2:
             stuck_called = True
-            on_stuck(store)
+            client = on_stuck(store) or client
         if now > deadline:
             seen = "; ".join(f"{count}x {answer}" for answer, count in answers.items())
             raise RuntimeError(

@@ -20,6 +20,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_tls i
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     cluster_config,
     effective_options,
+    grown_spec,
 )
 
 try:
@@ -203,6 +204,13 @@ def etcd_cluster_config(cluster_spec, cluster, trust=None):
     return cluster_config(cluster_spec, cluster, trust)
 
 
+@_domain_rule
+def etcd_grown_spec(cluster_spec, status):
+    """An EtcdCluster's spec with the volume size the operator grew for space, when larger
+    (qk_options.grown_spec)."""
+    return grown_spec(cluster_spec, status)
+
+
 def etcd_tls_schemes(tls_spec):
     """The network's ``client_scheme`` and ``peer_scheme`` for an EtcdCluster's ``spec.tls``."""
     return schemes(tls_spec)
@@ -222,4 +230,5 @@ class FilterModule:
             "etcd_minor": etcd_minor,
             "etcd_tls_schemes": etcd_tls_schemes,
             "etcd_cluster_config": etcd_cluster_config,
+            "etcd_grown_spec": etcd_grown_spec,
         }

@@ -67,6 +67,33 @@ def volume_bytes(cluster_spec: dict) -> int | None:
     return quantity_bytes(size) if size is not None else None
 
 
+def bytes_quantity(value: int) -> str:
+    """``value`` bytes as the shortest exact Kubernetes quantity (``256Mi``, ``2Gi``)."""
+    for suffix, scale in sorted(_BINARY_SUFFIX.items(), key=lambda item: -item[1]):
+        if value and value % scale == 0:
+            return f"{value // scale}{suffix}"
+    return str(value)
+
+
+def grown_spec(cluster_spec: dict, status: dict | None) -> dict:
+    """The spec the members are kept to: ``cluster_spec`` with the volume size the operator
+    grew the volumes to for space (status.maintenance.spaceRecovery.volumeSize, written by
+    qk_plan_space.recover_space under spec.maintenance.spaceRecovery) when that is larger than
+    spec.storage asks. Everything read from the spec's size follows it: the default quota, the
+    claims of new members, the size the volumes are grown to. ``cluster_spec`` itself when
+    nothing was grown (the common case: no copy)."""
+    grown = (((status or {}).get("maintenance") or {}).get("spaceRecovery") or {}).get("volumeSize")
+    asked = volume_bytes(cluster_spec)
+    if not grown or asked is None or quantity_bytes(grown) <= asked:
+        return cluster_spec
+    storage = cluster_spec["storage"]
+    template = storage["volumeClaimTemplate"]
+    resources = template.get("resources") or {}
+    requests = {**(resources.get("requests") or {}), "storage": grown}
+    template = {**template, "resources": {**resources, "requests": requests}}
+    return {**cluster_spec, "storage": {**storage, "volumeClaimTemplate": template}}
+
+
 def default_quota_bytes(volume: int | None) -> int | None:
     """The backend quota for a volume of ``volume`` bytes: three quarters of it less the room
     of the write-ahead log, at least half of it, at most 8 GiB. None (etcd's default) without a

@@ -69,10 +69,13 @@ With a healthy quorum (the rules below return None without one):
   quota until the volumes have grown); a class that cannot expand is left to
   move_to_new_volumes. Before recover_space: a larger volume
   (and its quota) is what a database whose live data fills the quota needs.
-- recover_space [defragment, wait] (qk_plan_space): etcd raised NOSPACE and refuses writes:
-  compact, defragment member by member (the leader last, leadership moved first) and disarm,
-  before any membership change; when the alarm is back soon after, the live data is at the
-  quota and the step waits (DatabaseQuotaExceeded) saying what a person can do.
+- recover_space [defragment, grow_volumes, restart_member, wait] (qk_plan_space): etcd raised
+  NOSPACE and refuses writes: compact, defragment member by member (the leader last,
+  leadership moved first) and disarm, before any membership change; when the alarm is back
+  soon after, the live data is at the quota: with spec.maintenance.spaceRecovery.maxVolumeSize
+  the volumes grow in place and the members are restarted onto the larger quota with the
+  alarm raised (make_room), else the step waits (DatabaseQuotaExceeded) saying what a person
+  can do.
 - add_member [add_member]: fewer voting members than spec.replicas: add the lowest free
   ordinals one at a time, each as a learner, started and promoted when it has caught up before
   the next (etcd allows one learner; each add and promotion checks etcd's quorum again).

@@ -45,7 +45,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes 
 CONFIG_FIELDS = "spec.options, spec.podTemplate and spec.tls"
 
 
-def roll_config(ctx: PlanContext) -> Step | None:
+def roll_config(ctx: PlanContext, for_space: bool = False) -> Step | None:
     """The step of a rolling restart onto the cluster's configuration, or None when it has
     nothing to do now.
 
@@ -62,6 +62,9 @@ def roll_config(ctx: PlanContext) -> Step | None:
     date (spec.options put back after a value its etcd refused) is restarted at once when every
     other member is healthy: it serves nothing as it is. Not started while an upgrade or
     another change (scale, replacement, learner, recovery) is under way.
+
+    ``for_space``: the rollout is the cure of a NOSPACE alarm (the larger quota of volumes the
+    operator grew: qk_plan_space.recover_space), so the alarm does not hold it.
     """
     final = ctx.observed.get("config")
     peers = ctx.live_peers
@@ -92,10 +95,13 @@ def roll_config(ctx: PlanContext) -> Step | None:
     down = [n for n in stale if not members[n].get("healthy")]
     if down:
         return _restart_down_member(ctx, down[0], wanted, count)
-    if not ctx.etcd.get("healthy") or space_recovery_first(ctx):
+    if not ctx.etcd.get("healthy") or (space_recovery_first(ctx) and not for_space):
         return None
     waiting = restart_gate(
-        ctx, f"restarting members onto their new configuration ({count})", "RollingRestart"
+        ctx,
+        f"restarting members onto their new configuration ({count})",
+        "RollingRestart",
+        ("NOSPACE",) if for_space else (),
     )
     if waiting:
         return waiting

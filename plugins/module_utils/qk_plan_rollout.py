@@ -50,11 +50,15 @@ def space_recovery_first(ctx: PlanContext) -> bool:
     return bool(alarms) and all(a.get("alarm") == "NOSPACE" for a in alarms)
 
 
-def restart_gate(ctx: PlanContext, doing: str, reason: str) -> Step | None:
+def restart_gate(
+    ctx: PlanContext, doing: str, reason: str, allowed_alarms: tuple[str, ...] = ()
+) -> Step | None:
     """None when a member may be restarted now, else the wait step that says why not.
 
     ``doing`` starts the message ("upgrading to 3.6.16 (1 of 3 members on 3.6.16)"), ``reason``
     is the step's reason while the rollout waits for something that comes by itself.
+    ``allowed_alarms``: alarms the restart is the cure for (NOSPACE, for the larger quota a
+    grown volume brings: qk_plan_space.recover_space).
     """
     members = ctx.by_peer
     unhealthy = sorted((n for n, m in members.items() if not m.get("healthy")), key=ordinal_of)
@@ -65,7 +69,7 @@ def restart_gate(ctx: PlanContext, doing: str, reason: str) -> Step | None:
             f"{doing} waits for unhealthy members to recover: {', '.join(unhealthy)}",
             "degraded",
         )
-    alarms = _alarms(ctx)
+    alarms = [a for a in _alarms(ctx) if a.get("alarm") not in allowed_alarms]
     if alarms:
         by_id = {m.get("id"): n for n, m in members.items()}
         active = ", ".join(

@@ -25,11 +25,13 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance i
     last_defragmentation,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
+    bytes_quantity,
     fragmented_percent,
     quantity_bytes,
     quota_used_percent,
     volume_used_percent,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_config import roll_config
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_rollout import (
     membership_changing,
     restart_gate,
@@ -38,6 +40,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_step imp
     PlanContext,
     Step,
     make_step,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_volumes import (
+    member_claims,
+    volumes_changing,
+    wanted_volume_bytes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_schedule_time import (
     ScheduleError,
@@ -72,15 +79,23 @@ def recover_space(ctx: PlanContext) -> Step | None:
         and since < SPACE_RECOVERY_RETRY_SECONDS
         and _live_data_filled_the_quota(ctx, last)
     ):
+        filled = (
+            f"etcd raised NOSPACE again on {', '.join(raised)} {int(since)}s after the operator "
+            f"compacted and defragmented it: the live data ({in_use // MIB} MiB in use) fills "
+            "the backend quota"
+        )
+        room = make_room(ctx, filled)
+        if isinstance(room, dict):
+            return room
         return make_step(
             "wait",
             "DatabaseQuotaExceeded",
-            f"etcd raised NOSPACE again on {', '.join(raised)} {int(since)}s after the operator "
-            f"compacted and defragmented it: the live data ({in_use // MIB} MiB in use) fills "
-            "the backend quota. etcd serves reads and deletes only: delete keys, or raise "
+            f"{filled}. etcd serves reads and deletes only: delete keys, or raise "
             "spec.options.quotaBackendBytes within the volume, or grow the volume "
-            "(spec.storage; the quota derived from it follows), rolled out once the space is "
-            f"given back again. The operator tries again "
+            "(spec.storage; the quota derived from it follows), or let the operator grow it "
+            "(spec.maintenance.spaceRecovery.maxVolumeSize)"
+            + (f" ({room})" if room else "")
+            + ", rolled out once the space is given back again. The operator tries again "
             f"{SPACE_RECOVERY_RETRY_SECONDS}s after its last attempt",
             "degraded",
         )
@@ -92,6 +107,75 @@ def recover_space(ctx: PlanContext) -> Step | None:
         "moving leadership), then disarming the alarm",
         members=[{"name": name} for name in raised],
         maintenance={"compact": True, "disarm": True, "reason": "NOSPACE"},
+    )
+
+
+def make_room(ctx: PlanContext, filled: str) -> Step | str:
+    """What spec.maintenance.spaceRecovery.maxVolumeSize does for a cluster whose live data
+    fills the quota (``filled`` says so): the next step towards a larger quota, or why it
+    cannot help ("" without the policy).
+
+    The volumes grow in place (doubled, at most to maxVolumeSize; the size is recorded in
+    status.maintenance.spaceRecovery and read as the spec's from then on: qk_options.grown_spec),
+    the operator waits for them to grow, then rolls the members onto the larger quota derived
+    from them, one at a time, with the alarm still raised (writes are refused anyway; the
+    restart is the cure). With the larger quota recover_space gives the space back and
+    disarms. Only claims whose StorageClass allows expansion are grown: moving members to new
+    volumes adds a member, which waits for the space to be given back first."""
+    limit = ((ctx.observed.get("maintenance") or {}).get("spaceRecovery") or {}).get(
+        "maxVolumeSize"
+    )
+    if limit in (None, ""):
+        return ""
+    if str(ctx.observed.get("quota_set")).lower() == "true":
+        return (
+            "spec.maintenance.spaceRecovery.maxVolumeSize does not raise a quota that "
+            "spec.options.quotaBackendBytes sets"
+        )
+    size = wanted_volume_bytes(ctx.observed)
+    if size is None:
+        return "spec.maintenance.spaceRecovery.maxVolumeSize needs spec.storage"
+    if volumes_changing(ctx):
+        return make_step(
+            "wait",
+            "VolumesGrowing",
+            f"{filled}: waiting for the volumes to grow to {bytes_quantity(size)}; the larger "
+            "quota is rolled out after",
+            "poll",
+        )
+    quota = ((ctx.observed.get("config") or {}).get("options") or {}).get("quotaBackendBytes")
+    if quota and any(
+        (ctx.live_peers[name].get("quota_bytes") or 0) < quota
+        for name in ctx.by_peer
+        if name in ctx.live_peers
+    ):
+        rollout = roll_config(ctx, for_space=True)
+        if rollout is not None:
+            if rollout["action"] == "restart_member":
+                rollout["message"] += f": {filled}, the volumes have grown"
+            return rollout
+        return f"the quota of the grown volumes ({quota // MIB} MiB) waits for another change"
+    grow_to = min(2 * size, quantity_bytes(limit))
+    if grow_to <= size:
+        return f"the volumes have spec.maintenance.spaceRecovery.maxVolumeSize ({limit}) already"
+    claims = member_claims(ctx)
+    fixed = [name for name, claim in claims if not claim.get("expandable")]
+    if fixed or not claims:
+        return (
+            "the operator grows volumes only in place, and the StorageClass of "
+            f"{', '.join(fixed) or 'the members'} does not allow expansion"
+        )
+    to, grown_from = bytes_quantity(grow_to), bytes_quantity(size)
+    return make_step(
+        "grow_volumes",
+        "GrowingVolumesForSpace",
+        f"{filled}: growing the volumes of {', '.join(name for name, _ in claims)} from "
+        f"{grown_from} to {to} (spec.maintenance.spaceRecovery.maxVolumeSize {limit}), then "
+        "restarting the members one at a time onto the larger quota that follows, then giving "
+        "the space back and disarming the alarm",
+        "poll",
+        members=[{"name": name} for name, _ in claims],
+        space_recovery={"volumeSize": to, "grownFrom": grown_from},
     )
 
 

@@ -46,7 +46,8 @@ STEP_ACTIONS = MappingProxyType(
         "remove_member": "remove a member moved to a new volume, else the highest ordinals one "
         "at a time (leadership moved first)",
         "defragment": "defragment member by member (NOSPACE: compact first, disarm after)",
-        "grow_volumes": "raise the members' claims to the size spec.storage asks for",
+        "grow_volumes": "raise the members' claims to the size spec.storage asks for (or, for "
+        "NOSPACE, spec.maintenance.spaceRecovery allows)",
         "wait": "nothing can be done safely now; the message says what is waited for",
         "none": "the cluster matches its spec",
     }
@@ -100,6 +101,9 @@ class Step(TypedDict, total=False):
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
     # request (the annotation's value a Requested one answers)
     maintenance: dict
+    # grow_volumes for NOSPACE (spec.maintenance.spaceRecovery): the record of the growth,
+    # status.maintenance.spaceRecovery (volumeSize, grownFrom)
+    space_recovery: dict
     # hand_over_members; add_member: every member a scale-up adds, in turn (peer is the first)
     peers: list[str]
     peers_to_create: list[str]  # bootstrap

@@ -47,7 +47,7 @@ def wanted_volume_bytes(observed) -> int | None:
     return quantity_bytes(size) if size not in (None, "") else None
 
 
-def _claims(ctx: PlanContext) -> list[tuple[str, dict]]:
+def member_claims(ctx: PlanContext) -> list[tuple[str, dict]]:
     """The bound claims of the live members, by ordinal."""
     return [
         (name, ctx.pvcs[name])
@@ -65,7 +65,7 @@ def volumes_changing(ctx: PlanContext) -> bool:
         return False
     return any(
         (claim.get("capacity_bytes") or 0) < wanted or _changes_class(ctx.observed, claim)
-        for _, claim in _claims(ctx)
+        for _, claim in member_claims(ctx)
     )
 
 
@@ -85,7 +85,7 @@ def grow_volumes(ctx: PlanContext) -> Step | None:
     wanted = wanted_volume_bytes(ctx.observed)
     if wanted is None:
         return None
-    claims = _claims(ctx)
+    claims = member_claims(ctx)
     to_grow = [
         name
         for name, claim in claims
@@ -116,7 +116,7 @@ def members_to_move(ctx: PlanContext) -> list[str]:
         return []
     moving = [
         name
-        for name, claim in _claims(ctx)
+        for name, claim in member_claims(ctx)
         if (
             _changes_class(ctx.observed, claim)
             or ((claim.get("request_bytes") or 0) < wanted and claim.get("expandable") is False)
@@ -131,7 +131,7 @@ def members_to_move(ctx: PlanContext) -> list[str]:
 
 def moving_to_new_volumes(ctx: PlanContext, moving: list[str]) -> str:
     """What the move is about, for its messages."""
-    claims = dict(_claims(ctx))
+    claims = dict(member_claims(ctx))
     wanted_class = wanted_storage_class(ctx.observed)
     moved = f"{len(ctx.voters) - len(moving)} of {len(ctx.voters)} moved"
     if _changes_class(ctx.observed, claims[moving[0]]):
@@ -179,7 +179,7 @@ def wait_for_volumes(ctx: PlanContext) -> Step | None:
     if wanted is None:
         return None
     size = ctx.observed["volume_size"]
-    claims = _claims(ctx)
+    claims = member_claims(ctx)
     growing = [
         (name, claim)
         for name, claim in claims

@@ -1333,6 +1333,21 @@ def test_quota_must_fit_the_volume(kube_api, namespace):
     )
 
 
+def test_growing_the_volumes_for_space_needs_storage_and_a_quantity(kube_api, namespace):
+    policy = {"spaceRecovery": {"maxVolumeSize": "8Gi"}}
+    rejected(
+        create(kube_api, namespace, cluster(maintenance=policy)),
+        "spec.maintenance.spaceRecovery.maxVolumeSize grows the members' volumes: it needs "
+        "spec.storage",
+    )
+    bad = {"spaceRecovery": {"maxVolumeSize": "eight gigs"}}
+    rejected(create(kube_api, namespace, cluster(storage=STORAGE, maintenance=bad)), "should match")
+    stored = accepted(
+        create(kube_api, namespace, cluster("g", storage=STORAGE, maintenance=policy))
+    )
+    assert stored["spec"]["maintenance"]["spaceRecovery"] == {"maxVolumeSize": "8Gi"}
+
+
 def test_quota_above_eight_gibibytes_needs_saying_so(kube_api, namespace):
     large = {"quotaBackendBytes": "10Gi"}
     rejected(create(kube_api, namespace, cluster(options=large)), LARGE_QUOTA_MSG)

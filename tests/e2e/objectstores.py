@@ -3,8 +3,8 @@
 `object_stores` deploys hack/cluster/object-stores.yaml once per session (idempotent, shared with
 other sessions and with `make object-stores`; never removed: `make cluster-down` removes them),
 waits for every store, creates the bucket and yields a `StoreUnderTest` per store: the in-cluster
-URL the operator uses, a client on this host through the Service's ClusterIP, and the
-credentials Secret a test namespace needs."""
+URL the operator uses, a client on this host (at a ready pod's IP: stores_lib.host_endpoint), and
+the credentials Secret a test namespace needs."""
 
 from __future__ import annotations
 
@@ -23,8 +23,23 @@ import object_stores as stores_lib  # noqa: E402
 @dataclass
 class StoreUnderTest:
     store: stores_lib.Store
-    client: Any  # boto3 S3 client or google.cloud.storage.Client, from this host
+    kubectl: Any
+    client: Any = None  # boto3 S3 client or google.cloud.storage.Client, from this host
     bucket: str = stores_lib.BUCKET
+
+    def __post_init__(self):
+        if self.client is None:
+            self.reconnect()
+
+    def reconnect(self) -> Any:
+        """A client of the store's ready pod now (a restarted store's pod has a new IP)."""
+        self.client = stores_lib.host_client(self.kubectl, self.store)
+        return self.client
+
+    def restart(self, store: stores_lib.Store) -> Any:
+        """Restart the store (it comes back empty) and reconnect to its new pod."""
+        stores_lib.restart_store(self.kubectl, store)
+        return self.reconnect()
 
     @property
     def name(self) -> str:
@@ -79,9 +94,16 @@ class StoreUnderTest:
             return [o["Key"] for o in listed.get("Contents", [])]
         return [b.name for b in self.client.list_blobs(self.bucket, prefix=prefix)]
 
-    def ensure_bucket(self, on_stuck=None) -> None:
-        """A store pod that restarted is empty: call this before relying on the bucket."""
-        stores_lib.ensure_bucket(self.client, self.store, self.bucket, on_stuck=on_stuck)
+    def ensure_bucket(self, restart_when_stuck: bool = False) -> None:
+        """A store pod that restarted is empty (and has a new IP): call this before relying on
+        the bucket."""
+        self.reconnect()
+        stores_lib.ensure_bucket(
+            self.client,
+            self.store,
+            self.bucket,
+            on_stuck=self.restart if restart_when_stuck else None,
+        )
 
 
 @pytest.fixture(scope="session")
@@ -93,12 +115,10 @@ def object_stores(local_cluster) -> dict[str, StoreUnderTest]:
         pytest.fail(str(error))
     deployed = {}
     for name, store in stores_lib.stores().items():
-        deployed[name] = StoreUnderTest(store, stores_lib.host_client(local_cluster, store))
         try:
-            # CI once saw moto answer every call with 404 for two minutes: restarted then.
-            deployed[name].ensure_bucket(
-                on_stuck=lambda store: stores_lib.restart_store(local_cluster, store)
-            )
+            deployed[name] = StoreUnderTest(store, local_cluster)
+            # A store that answers every call with an error for a minute is restarted.
+            deployed[name].ensure_bucket(restart_when_stuck=True)
         except RuntimeError as error:
             pytest.fail(f"{error}; the store's pods: {stores_lib.pods_not_ready(local_cluster)}")
     return deployed

@@ -31,21 +31,28 @@ VALUE = b"x" * (128 << 10)
 EVENT_FALLBACK_SECONDS = 12
 
 
-def fill_to_nospace(endpoint, keys=4, limit=2000):
-    """Overwrite ``keys`` keys until etcd refuses a write: ``{key: values it may hold}``, the
-    last acknowledged value of each, and for the key of the refused write that value too (a
-    write that fails may still have been applied: its error can come from a retry)."""
-    latest = {}
+def write_until_nospace(endpoint, key_of, limit=2000):
+    """Write ``key_of(i)`` for i = 0, 1, ... until etcd refuses a write with NOSPACE:
+    ``({key: last acknowledged value}, (key, value) of the refused write)``."""
+    written = {}
     with etcd_client(ConnectionProfile([endpoint], timeout=5)) as client:
         for i in range(limit):
-            key, value = f"/fill/{i % keys}", VALUE[:-8] + f"{i:08d}".encode()
+            key, value = key_of(i), VALUE[:-8] + f"{i:08d}".encode()
             try:
                 client.put(key, value)
             except EtcdOperationError as exc:
                 assert "database space exceeded" in str(exc), exc
-                return {k: {v} | ({value} if k == key else set()) for k, v in latest.items()}
-            latest[key] = value
+                return written, (key, value)
+            written[key] = value
     raise AssertionError(f"no NOSPACE after {limit} writes")
+
+
+def fill_to_nospace(endpoint, keys=4):
+    """Overwrite ``keys`` keys until etcd refuses a write: ``{key: values it may hold}``, the
+    last acknowledged value of each, and for the key of the refused write that value too (a
+    write that fails may still have been applied: its error can come from a retry)."""
+    latest, (key, value) = write_until_nospace(endpoint, lambda i: f"/fill/{i % keys}")
+    return {k: {v} | ({value} if k == key else set()) for k, v in latest.items()}
 
 
 def watch_verdicts(kube, namespace, cluster) -> dict[str, float]:
@@ -413,6 +420,63 @@ def test_volumes_grow_in_place_and_the_quota_follows_with_no_write_lost(etcd_clu
         check=False,
     )
     assert refused.returncode != 0 and "cannot shrink from 256Mi to 128Mi" in refused.stderr
+
+
+def fill_with_live_data(endpoint, prefix: str) -> dict[str, bytes]:
+    """Write new keys until etcd refuses one: every key is live, so compacting and
+    defragmenting gives next to nothing back. ``{key: value}`` of the acknowledged writes (the
+    refused one may or may not have been applied, and is left out)."""
+    return write_until_nospace(endpoint, lambda i: f"{prefix}{i:05d}")[0]
+
+
+def test_live_data_that_fills_the_quota_grows_the_volumes_and_writes_resume(etcd_cluster):
+    """spec.maintenance.spaceRecovery.maxVolumeSize: when compacting and defragmenting cannot
+    help (the live data alone fills the quota), the operator grows the volumes in place, rolls
+    the members onto the larger quota with the alarm raised, gives the space back and disarms,
+    and every acknowledged write is there."""
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    manifest = etcd_cluster.manifest(3)
+    manifest["spec"]["storage"]["volumeClaimTemplate"]["storageClassName"] = "local-path-expandable"
+    manifest["spec"]["maintenance"] = {"spaceRecovery": {"maxVolumeSize": "256Mi"}}
+    kube.apply(manifest)
+    etcd_cluster.wait_available(3)
+    assert all(members_on(etcd_cluster, "--quota-backend-bytes=67108864").values())
+    endpoint = etcd_cluster.client_endpoint()
+    written = fill_with_live_data(endpoint, "/live/a/")
+    # Compacting and defragmenting gives next to nothing back, and the alarm is disarmed...
+    wait_until(
+        "the first NOSPACE handled",
+        lambda: "SpaceReclaimed" in etcd_cluster.event_reasons(),
+        120,
+    )
+    # ...so the next writes fill the quota again at once: the live data alone fills it.
+    written |= fill_with_live_data(endpoint, "/live/b/")
+    wait_until(
+        "the volumes grown for space to the limit",
+        lambda: (
+            (etcd_cluster.get().get("status", {}).get("maintenance") or {})
+            .get("spaceRecovery", {})
+            .get("volumeSize")
+            == "256Mi"
+        ),
+        180,
+    )
+    wait_every_member_on(
+        etcd_cluster, "--quota-backend-bytes=134217728", "the quota of the grown volumes"
+    )
+    status = etcd_cluster.wait_available(3, timeout=240)
+    with etcd_client(ConnectionProfile([endpoint], timeout=10)) as client:
+        assert client.alarms() == []
+        client.put("/after", "accepted again")
+        lost = [key for key, value in written.items() if client.get(key) != value]
+    assert not lost, f"{len(lost)} of {len(written)} acknowledged writes lost: {lost[:5]}"
+    assert set(claim_sizes(etcd_cluster).values()) == {("256Mi", "256Mi")}
+    assert status["volumeSize"] == "256Mi"
+    asked = etcd_cluster.get()["spec"]["storage"]["volumeClaimTemplate"]["resources"]
+    assert asked["requests"]["storage"] == "128Mi", "the user's spec is left as it was"
+    reasons = [e["reason"] for e in kube.events(ns, name)]
+    assert "GrowingVolumesForSpace" in reasons, reasons
+    assert reasons.count("MemberReconfigured") == 3 and reasons.count("SpaceReclaimed") >= 2
 
 
 def test_members_whose_class_cannot_expand_move_to_new_volumes_with_no_write_lost(etcd_cluster):

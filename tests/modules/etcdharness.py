@@ -108,6 +108,20 @@ class ClientTLS:
         return context
 
 
+def _threads_not_stopped(pid) -> list[str]:
+    """The threads of ``pid`` whose state (/proc/<pid>/task/<tid>/stat) is not T (stopped)."""
+    running = []
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            # The state follows the command name, which is in parentheses and may hold spaces.
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that exited
+        if state not in ("T", "t"):
+            running.append(f"{stat.parent.name}:{state}")
+    return running
+
+
 class EtcdNode:
     def __init__(self, name, base, scheme="http"):
         self.name = name
@@ -226,6 +240,22 @@ class EtcdCluster:
         if node.running():
             os.killpg(node.proc.pid, signal.SIGKILL)
             node.proc.wait(timeout=30)
+
+    def freeze(self, name, timeout=10.0):
+        """SIGSTOP member ``name`` and wait until every thread of it has stopped: the signal
+        takes effect only when the kernel next schedules one of its threads, and on a busy
+        machine a request arriving first was answered by the member that was meant to hang
+        (CI: a "hung" member answered /health healthy)."""
+        pid = self.nodes[name].proc.pid
+        os.killpg(pid, signal.SIGSTOP)
+        deadline = time.monotonic() + timeout
+        while (running := _threads_not_stopped(pid)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if running:
+            raise TimeoutError(f"member {name} (pid {pid}) not stopped after {timeout}s: {running}")
+
+    def thaw(self, name):
+        os.killpg(self.nodes[name].proc.pid, signal.SIGCONT)
 
     def teardown(self):
         for node in self.nodes.values():

@@ -345,16 +345,13 @@ def test_module_utils_direct(etcd_factory):
 def test_member_list_does_not_wait_for_a_member_that_hangs(etcd_factory):
     """A partitioned member (here: stopped, so its connections hang) must not cost every
     member_list its whole timeout: the first linearizable answer ends the wait."""
-    import os
-    import signal
-
     cluster = etcd_factory(3)
     with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=5)) as client:
         info = wait_for(lambda: (i := client.cluster_info())["healthy"] and i, what="healthy")
     # A follower: stopping the leader would make the others wait for an election instead.
     follower = next(m["name"] for m in info["members"] if not m["is_leader"])
     hung = cluster.nodes[follower]
-    os.kill(hung.proc.pid, signal.SIGSTOP)
+    cluster.freeze(follower)
     try:
         with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=10)) as client:
             started = time.monotonic()
@@ -364,21 +361,17 @@ def test_member_list_does_not_wait_for_a_member_that_hangs(etcd_factory):
         assert used != hung.client_url
         assert elapsed < 5, f"member_list waited {elapsed:.1f}s for the hung member"
     finally:
-        os.kill(hung.proc.pid, signal.SIGCONT)
+        cluster.thaw(follower)
 
 
 def test_member_list_without_quorum_does_not_wait_out_the_timeout(etcd_factory):
     """After a quorum loss (two of three members stopped: their connections hang) no leader
     is elected, so a linearizable MemberList can never answer: the survivor's serializable list
     is used once it has reported no leader for longer than an election takes."""
-    import os
-    import signal
-
     cluster = etcd_factory(3)
     survivor = cluster.nodes["n0"]
-    lost = [cluster.nodes["n1"], cluster.nodes["n2"]]
-    for node in lost:
-        os.kill(node.proc.pid, signal.SIGSTOP)
+    for name in ("n1", "n2"):
+        cluster.freeze(name)
     try:
         with etcd_client(ConnectionProfile(cluster.endpoints(), timeout=10)) as client:
             wait_for(
@@ -394,5 +387,5 @@ def test_member_list_without_quorum_does_not_wait_out_the_timeout(etcd_factory):
             assert "no leader" in errors[survivor.client_url]
         assert elapsed < 8, f"member_list waited {elapsed:.1f}s without a quorum"
     finally:
-        for node in lost:
-            os.kill(node.proc.pid, signal.SIGCONT)
+        for name in ("n1", "n2"):
+            cluster.thaw(name)

@@ -4,8 +4,6 @@ member that does not answer; each is what makes the watch wake the reconcile (or
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import probe
@@ -37,8 +35,7 @@ def test_a_serving_member_is_healthy_and_an_alarm_is_named_on_every_member(
 
 def test_a_member_without_leader_and_a_hung_member_are_not_healthy(etcd_factory, etcd_version):
     cluster = etcd_factory(3)
-    hung = cluster.nodes["n2"].proc.pid
-    os.killpg(hung, signal.SIGSTOP)
+    cluster.freeze("n2")
     try:
         # Its port still accepts connections (so a TCP readiness probe passes), but it answers
         # nothing.
@@ -57,7 +54,7 @@ def test_a_member_without_leader_and_a_hung_member_are_not_healthy(etcd_factory,
         )
         assert seen[-1] == no_leader, seen
     finally:
-        os.killpg(hung, signal.SIGCONT)
+        cluster.thaw("n2")
     cluster.stop("n2")
     stopped = probe(health_url(cluster, "n2"))
     assert stopped.startswith("no answer to /health: ConnectionRefusedError"), stopped
