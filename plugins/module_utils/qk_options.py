@@ -76,22 +76,39 @@ def bytes_quantity(value: int) -> str:
 
 
 def grown_spec(cluster_spec: dict, status: dict | None) -> dict:
-    """The spec the members are kept to: ``cluster_spec`` with the volume size the operator
-    grew the volumes to for space (status.maintenance.spaceRecovery.volumeSize, written by
-    qk_plan_space.recover_space under spec.maintenance.spaceRecovery) when that is larger than
-    spec.storage asks. Everything read from the spec's size follows it: the default quota, the
-    claims of new members, the size the volumes are grown to. ``cluster_spec`` itself when
-    nothing was grown (the common case: no copy)."""
-    grown = (((status or {}).get("maintenance") or {}).get("spaceRecovery") or {}).get("volumeSize")
-    asked = volume_bytes(cluster_spec)
-    if not grown or asked is None or quantity_bytes(grown) <= asked:
+    """The spec the members are kept to: ``cluster_spec`` with what the operator did for space
+    under spec.maintenance.spaceRecovery (status.maintenance.spaceRecovery, written by
+    qk_plan_space.make_room). The volume size it grew the volumes to, when larger than
+    spec.storage asks: everything read from the spec's size follows it (the default quota, the
+    claims of new members, the size the volumes are grown to); volumes never shrink, so it
+    holds for good. The quota it raised spec.options.quotaBackendBytes to, when larger than
+    spec.options asks and while maxQuotaBackendBytes allows it (lowering or removing the limit
+    is how a person takes it back). ``cluster_spec`` itself when nothing was done (the common
+    case: no copy)."""
+    recovered = ((status or {}).get("maintenance") or {}).get("spaceRecovery") or {}
+    if not recovered:
         return cluster_spec
-    storage = cluster_spec["storage"]
-    template = storage["volumeClaimTemplate"]
-    resources = template.get("resources") or {}
-    requests = {**(resources.get("requests") or {}), "storage": grown}
-    template = {**template, "resources": {**resources, "requests": requests}}
-    return {**cluster_spec, "storage": {**storage, "volumeClaimTemplate": template}}
+    spec = cluster_spec
+    grown = recovered.get("volumeSize")
+    asked = volume_bytes(spec)
+    if grown and asked is not None and quantity_bytes(grown) > asked:
+        storage = spec["storage"]
+        template = storage["volumeClaimTemplate"]
+        resources = template.get("resources") or {}
+        requests = {**(resources.get("requests") or {}), "storage": grown}
+        template = {**template, "resources": {**resources, "requests": requests}}
+        spec = {**spec, "storage": {**storage, "volumeClaimTemplate": template}}
+    raised = recovered.get("quotaBackendBytes")
+    options = spec.get("options") or {}
+    limit = ((spec.get("maintenance") or {}).get("spaceRecovery") or {}).get("maxQuotaBackendBytes")
+    if (
+        raised
+        and limit not in (None, "")
+        and "quotaBackendBytes" in options
+        and quantity_bytes(options["quotaBackendBytes"]) < int(raised) <= quantity_bytes(limit)
+    ):
+        spec = {**spec, "options": {**options, "quotaBackendBytes": int(raised)}}
+    return spec
 
 
 def default_quota_bytes(volume: int | None) -> int | None:

@@ -72,10 +72,10 @@ With a healthy quorum (the rules below return None without one):
 - recover_space [defragment, grow_volumes, restart_member, wait] (qk_plan_space): etcd raised
   NOSPACE and refuses writes: compact, defragment member by member (the leader last,
   leadership moved first) and disarm, before any membership change; when the alarm is back
-  soon after, the live data is at the quota: with spec.maintenance.spaceRecovery.maxVolumeSize
-  the volumes grow in place and the members are restarted onto the larger quota with the
-  alarm raised (make_room), else the step waits (DatabaseQuotaExceeded) saying what a person
-  can do.
+  soon after, the live data is at the quota: as spec.maintenance.spaceRecovery allows, a
+  quota set by hand is raised within the volume (maxQuotaBackendBytes) or the volumes grow in
+  place (maxVolumeSize), and the members are restarted onto the larger quota with the alarm
+  raised (make_room), else the step waits (DatabaseQuotaExceeded) saying what a person can do.
 - add_member [add_member]: fewer voting members than spec.replicas: add the lowest free
   ordinals one at a time, each as a learner, started and promoted when it has caught up before
   the next (etcd allows one learner; each add and promotion checks etcd's quorum again).

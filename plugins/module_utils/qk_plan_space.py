@@ -13,6 +13,7 @@ person can do.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
@@ -26,6 +27,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance i
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import (
     bytes_quantity,
+    default_quota_bytes,
     fragmented_percent,
     quantity_bytes,
     quota_used_percent,
@@ -111,30 +113,29 @@ def recover_space(ctx: PlanContext) -> Step | None:
 
 
 def make_room(ctx: PlanContext, filled: str) -> Step | str:
-    """What spec.maintenance.spaceRecovery.maxVolumeSize does for a cluster whose live data
+    """What spec.maintenance.spaceRecovery lets the operator do for a cluster whose live data
     fills the quota (``filled`` says so): the next step towards a larger quota, or why it
     cannot help ("" without the policy).
 
-    The volumes grow in place (doubled, at most to maxVolumeSize; the size is recorded in
-    status.maintenance.spaceRecovery and read as the spec's from then on: qk_options.grown_spec),
-    the operator waits for them to grow, then rolls the members onto the larger quota derived
-    from them, one at a time, with the alarm still raised (writes are refused anyway; the
-    restart is the cure). With the larger quota recover_space gives the space back and
-    disarms. Only claims whose StorageClass allows expansion are grown: moving members to new
-    volumes adds a member, which waits for the space to be given back first."""
-    limit = ((ctx.observed.get("maintenance") or {}).get("spaceRecovery") or {}).get(
-        "maxVolumeSize"
-    )
-    if limit in (None, ""):
+    A quota that spec.options.quotaBackendBytes sets is raised (maxQuotaBackendBytes: doubled,
+    at most to the limit and to the quota the operator would derive from the volume, which
+    leaves room for the write-ahead log and a defragmentation); a quota derived from the
+    volume follows the volume, which grows in place (maxVolumeSize: doubled, at most to the
+    limit). Either size is recorded in status.maintenance.spaceRecovery and read as the
+    spec's from then on (qk_options.grown_spec). The operator waits for the volumes to grow,
+    then rolls the members onto the larger quota one at a time with the alarm still raised
+    (writes are refused anyway; the restart is the cure); with the larger quota recover_space
+    gives the space back and disarms. Only claims whose StorageClass allows expansion are
+    grown: moving members to new volumes adds a member, which waits for the space to be given
+    back first."""
+    policy = (ctx.observed.get("maintenance") or {}).get("spaceRecovery") or {}
+    volume_limit = policy.get("maxVolumeSize") or None
+    quota_limit = policy.get("maxQuotaBackendBytes") or None
+    if volume_limit is None and quota_limit is None:
         return ""
-    if str(ctx.observed.get("quota_set")).lower() == "true":
-        return (
-            "spec.maintenance.spaceRecovery.maxVolumeSize does not raise a quota that "
-            "spec.options.quotaBackendBytes sets"
-        )
     size = wanted_volume_bytes(ctx.observed)
     if size is None:
-        return "spec.maintenance.spaceRecovery.maxVolumeSize needs spec.storage"
+        return "spec.maintenance.spaceRecovery needs spec.storage"
     if volumes_changing(ctx):
         return make_step(
             "wait",
@@ -143,18 +144,73 @@ def make_room(ctx: PlanContext, filled: str) -> Step | str:
             "quota is rolled out after",
             "poll",
         )
-    quota = ((ctx.observed.get("config") or {}).get("options") or {}).get("quotaBackendBytes")
+    config = ctx.observed.get("config") or {}
+    quota = (config.get("options") or {}).get("quotaBackendBytes")
     if quota and any(
         (ctx.live_peers[name].get("quota_bytes") or 0) < quota
         for name in ctx.by_peer
         if name in ctx.live_peers
     ):
-        rollout = roll_config(ctx, for_space=True)
-        if rollout is not None:
-            if rollout["action"] == "restart_member":
-                rollout["message"] += f": {filled}, the volumes have grown"
-            return rollout
-        return f"the quota of the grown volumes ({quota // MIB} MiB) waits for another change"
+        return _roll_out_quota(ctx, filled, "restarting onto the larger quota")
+    if str(ctx.observed.get("quota_set")).lower() == "true":
+        if quota_limit is None:
+            return (
+                "spec.options.quotaBackendBytes sets the quota: "
+                "spec.maintenance.spaceRecovery.maxQuotaBackendBytes lets the operator raise it"
+            )
+        ceiling = min(quantity_bytes(quota_limit), default_quota_bytes(size) or 0)
+        raise_to = min(2 * quota, ceiling) // MIB * MIB
+        if raise_to > quota:
+            return _raise_quota(ctx, filled, config, quota, raise_to, quota_limit)
+        if quota >= quantity_bytes(quota_limit):
+            return (
+                "the quota is at spec.maintenance.spaceRecovery.maxQuotaBackendBytes "
+                f"({quota_limit}) already"
+            )
+        if volume_limit is None:
+            return (
+                f"the quota ({quota // MIB} MiB) is the most the {bytes_quantity(size)} volumes "
+                "leave room for: spec.maintenance.spaceRecovery.maxVolumeSize lets the operator "
+                "grow them"
+            )
+    elif volume_limit is None:
+        return (
+            "the quota derived from the volumes grows with them: "
+            "spec.maintenance.spaceRecovery.maxVolumeSize lets the operator grow them"
+        )
+    return _grow_volumes(ctx, filled, size, volume_limit)
+
+
+def _roll_out_quota(ctx: PlanContext, filled: str, why: str) -> Step | str:
+    """The rolling restart onto a larger quota, with the alarm raised."""
+    rollout = roll_config(ctx, for_space=True)
+    if rollout is None:
+        return "the larger quota waits for another change to finish"
+    if rollout["action"] == "restart_member":
+        rollout["message"] += f": {filled}, {why}"
+    return rollout
+
+
+def _raise_quota(
+    ctx: PlanContext, filled: str, config: dict, quota: int, raise_to: int, limit
+) -> Step | str:
+    """The first restart onto the raised quota; the step records it (its space_recovery), and
+    the rounds after read it from the status."""
+    raised = {**config, "options": {**config["options"], "quotaBackendBytes": raise_to}}
+    step = _roll_out_quota(
+        dataclasses.replace(ctx, observed={**ctx.observed, "config": raised}),
+        filled,
+        f"raising the quota from {quota // MIB} MiB to {raise_to // MIB} MiB "
+        f"(spec.maintenance.spaceRecovery.maxQuotaBackendBytes {limit})",
+    )
+    if isinstance(step, dict) and step["action"] == "restart_member":
+        step["reason"] = "RaisingQuotaForSpace"
+        step["space_recovery"] = {"quotaBackendBytes": raise_to, "raisedFrom": quota}
+    return step
+
+
+def _grow_volumes(ctx: PlanContext, filled: str, size: int, limit) -> Step | str:
+    """Growing the expandable volumes for space, doubled, at most to ``limit``."""
     grow_to = min(2 * size, quantity_bytes(limit))
     if grow_to <= size:
         return f"the volumes have spec.maintenance.spaceRecovery.maxVolumeSize ({limit}) already"

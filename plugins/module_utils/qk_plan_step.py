@@ -101,8 +101,9 @@ class Step(TypedDict, total=False):
     # defragment: compact, disarm (bools), reason (NOSPACE, Requested, Scheduled, Threshold),
     # request (the annotation's value a Requested one answers)
     maintenance: dict
-    # grow_volumes for NOSPACE (spec.maintenance.spaceRecovery): the record of the growth,
-    # status.maintenance.spaceRecovery (volumeSize, grownFrom)
+    # grow_volumes, restart_member for NOSPACE (spec.maintenance.spaceRecovery): what the
+    # step records in status.maintenance.spaceRecovery (volumeSize, grownFrom;
+    # quotaBackendBytes, raisedFrom)
     space_recovery: dict
     # hand_over_members; add_member: every member a scale-up adds, in turn (peer is the first)
     peers: list[str]

@@ -1333,19 +1333,23 @@ def test_quota_must_fit_the_volume(kube_api, namespace):
     )
 
 
-def test_growing_the_volumes_for_space_needs_storage_and_a_quantity(kube_api, namespace):
-    policy = {"spaceRecovery": {"maxVolumeSize": "8Gi"}}
-    rejected(
-        create(kube_api, namespace, cluster(maintenance=policy)),
-        "spec.maintenance.spaceRecovery.maxVolumeSize grows the members' volumes: it needs "
-        "spec.storage",
+def test_growing_the_volumes_or_quota_for_space_needs_storage_and_quantities(kube_api, namespace):
+    needs_storage = (
+        "spec.maintenance.spaceRecovery grows the members' volumes or the quota within them: it "
+        "needs spec.storage"
     )
-    bad = {"spaceRecovery": {"maxVolumeSize": "eight gigs"}}
-    rejected(create(kube_api, namespace, cluster(storage=STORAGE, maintenance=bad)), "should match")
+    for limit in ("maxVolumeSize", "maxQuotaBackendBytes"):
+        policy = {"spaceRecovery": {limit: "8Gi"}}
+        rejected(create(kube_api, namespace, cluster(maintenance=policy)), needs_storage)
+        bad = {"spaceRecovery": {limit: "eight gigs"}}
+        rejected(
+            create(kube_api, namespace, cluster(storage=STORAGE, maintenance=bad)), "should match"
+        )
+    policy = {"spaceRecovery": {"maxVolumeSize": "8Gi", "maxQuotaBackendBytes": "2Gi"}}
     stored = accepted(
         create(kube_api, namespace, cluster("g", storage=STORAGE, maintenance=policy))
     )
-    assert stored["spec"]["maintenance"]["spaceRecovery"] == {"maxVolumeSize": "8Gi"}
+    assert stored["spec"]["maintenance"]["spaceRecovery"] == policy["spaceRecovery"]
 
 
 def test_quota_above_eight_gibibytes_needs_saying_so(kube_api, namespace):

@@ -429,6 +429,50 @@ def fill_with_live_data(endpoint, prefix: str) -> dict[str, bytes]:
     return write_until_nospace(endpoint, lambda i: f"{prefix}{i:05d}")[0]
 
 
+def fill_quota_twice_with_live_data(cluster, endpoint) -> dict[str, bytes]:
+    """Fill the quota with live data, wait for the operator's first answer (compacting and
+    defragmenting gives next to nothing back, and the alarm is disarmed), then fill it again at
+    once: the case spec.maintenance.spaceRecovery is for. The acknowledged writes."""
+    written = fill_with_live_data(endpoint, "/live/a/")
+    wait_until(
+        "the first NOSPACE handled", lambda: "SpaceReclaimed" in cluster.event_reasons(), 120
+    )
+    return written | fill_with_live_data(endpoint, "/live/b/")
+
+
+def assert_writes_resume_with_every_write_kept(endpoint, written: dict[str, bytes]) -> None:
+    with etcd_client(ConnectionProfile([endpoint], timeout=10)) as client:
+        assert client.alarms() == []
+        client.put("/after", "accepted again")
+        lost = [key for key, value in written.items() if client.get(key) != value]
+    assert not lost, f"{len(lost)} of {len(written)} acknowledged writes lost: {lost[:5]}"
+
+
+def test_live_data_that_fills_a_quota_set_by_hand_raises_it_within_the_volume(etcd_cluster):
+    """spec.maintenance.spaceRecovery.maxQuotaBackendBytes: a quota that spec.options sets is
+    raised (doubled, at most to what the volume leaves room for), the members are restarted
+    onto it with the alarm raised, the space is given back and writes resume."""
+    kube, ns, name = etcd_cluster.kube, etcd_cluster.namespace, etcd_cluster.name
+    manifest = etcd_cluster.manifest(3)
+    manifest["spec"]["options"] = {"quotaBackendBytes": "32Mi"}
+    manifest["spec"]["maintenance"] = {"spaceRecovery": {"maxQuotaBackendBytes": "1Gi"}}
+    kube.apply(manifest)
+    etcd_cluster.wait_available(3)
+    endpoint = etcd_cluster.client_endpoint()
+    written = fill_quota_twice_with_live_data(etcd_cluster, endpoint)
+    # 64 MiB is the most 128Mi volumes leave room for (qk_options.default_quota_bytes).
+    wait_every_member_on(etcd_cluster, "--quota-backend-bytes=67108864", "the raised quota")
+    status = etcd_cluster.wait_available(3, timeout=240)
+    assert_writes_resume_with_every_write_kept(endpoint, written)
+    recovered = status["maintenance"]["spaceRecovery"]
+    assert (recovered["quotaBackendBytes"], recovered["raisedFrom"]) == (64 << 20, 32 << 20)
+    asked = etcd_cluster.get()["spec"]["options"]["quotaBackendBytes"]
+    assert asked == "32Mi", "the user's spec is left as it was"
+    reasons = [e["reason"] for e in kube.events(ns, name)]
+    assert "RaisingQuotaForSpace" in reasons, reasons
+    assert reasons.count("MemberReconfigured") == 3 and reasons.count("SpaceReclaimed") >= 2
+
+
 def test_live_data_that_fills_the_quota_grows_the_volumes_and_writes_resume(etcd_cluster):
     """spec.maintenance.spaceRecovery.maxVolumeSize: when compacting and defragmenting cannot
     help (the live data alone fills the quota), the operator grows the volumes in place, rolls
@@ -442,15 +486,7 @@ def test_live_data_that_fills_the_quota_grows_the_volumes_and_writes_resume(etcd
     etcd_cluster.wait_available(3)
     assert all(members_on(etcd_cluster, "--quota-backend-bytes=67108864").values())
     endpoint = etcd_cluster.client_endpoint()
-    written = fill_with_live_data(endpoint, "/live/a/")
-    # Compacting and defragmenting gives next to nothing back, and the alarm is disarmed...
-    wait_until(
-        "the first NOSPACE handled",
-        lambda: "SpaceReclaimed" in etcd_cluster.event_reasons(),
-        120,
-    )
-    # ...so the next writes fill the quota again at once: the live data alone fills it.
-    written |= fill_with_live_data(endpoint, "/live/b/")
+    written = fill_quota_twice_with_live_data(etcd_cluster, endpoint)
     wait_until(
         "the volumes grown for space to the limit",
         lambda: (
@@ -465,11 +501,7 @@ def test_live_data_that_fills_the_quota_grows_the_volumes_and_writes_resume(etcd
         etcd_cluster, "--quota-backend-bytes=134217728", "the quota of the grown volumes"
     )
     status = etcd_cluster.wait_available(3, timeout=240)
-    with etcd_client(ConnectionProfile([endpoint], timeout=10)) as client:
-        assert client.alarms() == []
-        client.put("/after", "accepted again")
-        lost = [key for key, value in written.items() if client.get(key) != value]
-    assert not lost, f"{len(lost)} of {len(written)} acknowledged writes lost: {lost[:5]}"
+    assert_writes_resume_with_every_write_kept(endpoint, written)
     assert set(claim_sizes(etcd_cluster).values()) == {("256Mi", "256Mi")}
     assert status["volumeSize"] == "256Mi"
     asked = etcd_cluster.get()["spec"]["storage"]["volumeClaimTemplate"]["resources"]

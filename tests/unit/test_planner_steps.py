@@ -39,6 +39,7 @@ NOT_STEPS = {
     "report",
     "root_password",
     "monitoring",
+    "record_space_recovery",
 }
 OLD, NEW = "3.5.35", "3.6.16"
 NOW = "2026-01-01T00:10:00Z"

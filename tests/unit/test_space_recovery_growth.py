@@ -34,6 +34,7 @@ def out_of_space(
     policy="256Mi",
     expandable=True,
     quota_set=False,
+    quota_policy=None,
 ):
     """Three members on volumes of ``capacity`` running ``running``; the cluster asks for
     ``volume`` and ``config``; NOSPACE raised again 60 s after a recovery that left ``live``
@@ -43,7 +44,8 @@ def out_of_space(
     observed["config"] = config
     observed["volume_size"] = volume
     observed["quota_set"] = quota_set
-    observed["maintenance"] = {"spaceRecovery": {"maxVolumeSize": policy}} if policy else {}
+    limits = {"maxVolumeSize": policy, "maxQuotaBackendBytes": quota_policy}
+    observed["maintenance"] = {"spaceRecovery": {k: v for k, v in limits.items() if v}}
     for i, peer in enumerate(observed["peers"]):
         peer["quota_bytes"] = running["options"]["quotaBackendBytes"]
         size = request or capacity
@@ -91,7 +93,7 @@ def test_the_larger_quota_is_rolled_out_with_the_alarm_still_raised():
     step = plan(observed)
     assert (step["action"], step["reason"]) == ("restart_member", "RollingRestart")
     assert step["config"] == LARGE_CONFIG and step["peer"] == "c-2"
-    assert "the volumes have grown" in step["message"]
+    assert "restarting onto the larger quota" in step["message"]
     # Without the policy the alarm holds every restart: the space comes back first.
     observed["maintenance"] = {}
     assert plan(observed)["action"] == "wait"
@@ -118,7 +120,7 @@ def test_live_data_that_fills_the_larger_quota_too_grows_again_up_to_the_limit()
 def test_without_the_policy_or_where_it_cannot_help_the_cluster_waits_and_says_why():
     cases = {
         "": "let the operator grow it (spec.maintenance.spaceRecovery.maxVolumeSize), rolled",
-        "quota_set": "does not raise a quota that spec.options.quotaBackendBytes sets",
+        "quota_set": "maxQuotaBackendBytes lets the operator raise it",
         "fixed": "the StorageClass of c-0, c-1, c-2 does not allow expansion",
     }
     for case, said in cases.items():
@@ -135,6 +137,52 @@ def test_without_the_policy_or_where_it_cannot_help_the_cluster_waits_and_says_w
             "degraded",
         ), case
         assert said in step["message"], (case, step["message"])
+
+
+def test_a_quota_set_by_hand_is_raised_within_the_volume_when_the_policy_allows():
+    # 64 MiB set on 512Mi volumes, which leave room for a 256 MiB quota: doubled to 128 MiB.
+    set_by_hand = dict(volume="512Mi", capacity=512 * MIB, quota_set=True, policy=None)
+    step = plan(out_of_space(**set_by_hand, quota_policy="1Gi"))
+    assert (step["action"], step["reason"], step["peer"]) == (
+        "restart_member",
+        "RaisingQuotaForSpace",
+        "c-2",
+    )
+    assert step["config"] == LARGE_CONFIG
+    assert step["space_recovery"] == {"quotaBackendBytes": 128 * MIB, "raisedFrom": 64 * MIB}
+    assert "raising the quota from 64 MiB to 128 MiB" in step["message"]
+    # The next rounds read the raised quota as the spec's, and roll the other members onto it.
+    step = plan(out_of_space(**set_by_hand, config=LARGE_CONFIG, quota_policy="1Gi"))
+    assert (step["action"], step["config"]) == ("restart_member", LARGE_CONFIG)
+    assert "space_recovery" not in step
+    # Never past the limit.
+    step = plan(out_of_space(**set_by_hand, quota_policy="100Mi"))
+    assert step["space_recovery"]["quotaBackendBytes"] == 100 * MIB
+
+
+def test_a_quota_that_cannot_be_raised_says_why_or_grows_the_volumes_first():
+    # 64 MiB is the most 128Mi volumes leave room for.
+    at_most = dict(quota_set=True, quota_policy="1Gi")
+    step = plan(out_of_space(**at_most, policy=None))
+    assert (step["action"], step["reason"]) == ("wait", "DatabaseQuotaExceeded")
+    assert "is the most the 128Mi volumes leave room for" in step["message"]
+    step = plan(out_of_space(**at_most, policy="256Mi"))
+    assert (step["action"], step["space_recovery"]) == (
+        "grow_volumes",
+        {"volumeSize": "256Mi", "grownFrom": "128Mi"},
+    )
+    said = {
+        "64Mi": "the quota is at spec.maintenance.spaceRecovery.maxQuotaBackendBytes (64Mi)",
+        None: "maxQuotaBackendBytes lets the operator raise it",
+    }
+    for limit, message in said.items():
+        step = plan(
+            out_of_space(volume="512Mi", capacity=512 * MIB, quota_set=True, quota_policy=limit)
+        )
+        assert step["action"] == "wait" and message in step["message"], step["message"]
+    # A quota derived from the volume is the most it leaves room for already.
+    step = plan(out_of_space(policy=None, quota_policy="1Gi"))
+    assert "the quota derived from the volumes grows with them" in step["message"]
 
 
 def spec(size="128Mi", **more):
@@ -159,6 +207,27 @@ def test_the_spec_is_read_with_the_size_the_volumes_were_grown_to():
     assert grown_spec(larger, grown) is larger
     ephemeral = {"version": "3.6.16"}
     assert grown_spec(ephemeral, grown) is ephemeral
+
+
+def test_the_spec_is_read_with_the_quota_raised_while_the_limit_allows_it():
+    raised = {"maintenance": {"spaceRecovery": {"quotaBackendBytes": 128 * MIB}}}
+    limit = {"spaceRecovery": {"maxQuotaBackendBytes": "1Gi"}}
+    original = spec("512Mi", options={"quotaBackendBytes": "64Mi"}, maintenance=limit)
+    assert effective_options(grown_spec(original, raised))["quotaBackendBytes"] == 128 * MIB
+    # A spec asking for more since, a limit lowered below it or removed, a quota derived from
+    # the volume: the spec as it is.
+    unchanged = (
+        spec("512Mi", options={"quotaBackendBytes": "200Mi"}, maintenance=limit),
+        spec(
+            "512Mi",
+            options={"quotaBackendBytes": "64Mi"},
+            maintenance={"spaceRecovery": {"maxQuotaBackendBytes": "100Mi"}},
+        ),
+        spec("512Mi", options={"quotaBackendBytes": "64Mi"}),
+        spec("512Mi", maintenance=limit),
+    )
+    for asked in unchanged:
+        assert grown_spec(asked, raised) is asked
 
 
 def test_sizes_are_written_as_the_shortest_exact_quantity():
