@@ -147,9 +147,9 @@ def make_room(ctx: PlanContext, filled: str) -> Step | str:
     config = ctx.observed.get("config") or {}
     quota = (config.get("options") or {}).get("quotaBackendBytes")
     if quota and any(
-        (ctx.live_peers[name].get("quota_bytes") or 0) < quota
-        for name in ctx.by_peer
-        if name in ctx.live_peers
+        (peer.get("quota_bytes") or 0) < quota
+        for name, peer in ctx.live_peers.items()
+        if name in ctx.by_peer
     ):
         return _roll_out_quota(ctx, filled, "restarting onto the larger quota")
     if str(ctx.observed.get("quota_set")).lower() == "true":
