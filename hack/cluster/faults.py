@@ -104,9 +104,29 @@ def find_pod(namespace: str, name: str, state=None, wait_seconds: float = 10) ->
         raise FaultError(
             f"pod {namespace}/{name} is not known to any node agent under {nodes_dir(state)} "
             f"after {wait_seconds:.0f} s (pods of {namespace} there: {', '.join(known) or 'none'})"
+            f"{_agent_log_lines(f'{namespace}/{name}', state)}"
         )
     matches.sort(key=lambda p: p.get("updatedAt", ""))
     return matches[-1]
+
+
+def _agent_log_lines(needle: str, state=None, last: int = 8) -> str:
+    """The node agents' last log lines that mention ``needle``: what they did with a pod that
+    has no pod.json (the agent started by start_node logs to agent.log in its node directory,
+    the one localcluster.py started to logs/nodeagent-<node>.log)."""
+    logs = sorted(nodes_dir(state).glob("*/agent.log")) + sorted(
+        (state_root(state) / "logs").glob("nodeagent-*.log")
+    )
+    found = []
+    for log in logs:
+        try:
+            with open(log, errors="replace") as f:
+                lines = [line.rstrip() for line in f if needle in line]
+        except OSError:
+            continue
+        found += [f"{log.name if log.name != 'agent.log' else log.parent.name}: {line}"
+                  for line in lines[-last:]]  # fmt: skip
+    return "; the node agents' log about it:\n" + "\n".join(found) if found else ""
 
 
 def _alive(pid: int) -> bool:

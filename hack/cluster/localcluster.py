@@ -123,12 +123,15 @@ class Component:
             os.kill(pid, 0)
         except (OSError, ValueError):
             return None
-        # A recycled pid that runs something else is not ours.
+        # A recycled pid that runs something else is not ours. What runs is what was started,
+        # as recorded: after a rebuild (a new binary path) the old process is still ours, to be
+        # stopped before the new one starts, not left running beside it.
+        started = _recorded_argv(self.pid_file)[0] or self.argv[0]
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
         except OSError:
             return None
-        return pid if cmdline == self.argv[0] else None
+        return pid if cmdline == started else None
 
     def start(self) -> bool:
         """Start unless already running with the same argv; True when it was (re)started."""

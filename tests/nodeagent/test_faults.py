@@ -99,6 +99,25 @@ def test_unknown_pod_and_container(state):
         faults.partition_pod("ns", "p", state=root)
 
 
+def test_a_pod_without_pod_json_is_reported_with_what_the_agents_logged_of_it(state):
+    root, _ = state
+    write_pod(root, "node-1", "ns", "p", {"c": 0})
+    (root / "nodes" / "node-2").mkdir(parents=True)
+    (root / "nodes" / "node-2" / "agent.log").write_text(
+        "10:00:01 pod ns/gone created (uid u9)\n10:00:02 pod ns/other created (uid u8)\n"
+        "10:00:03 pod ns/gone: removed the state of a pod that is gone\n"
+    )
+    (root / "logs").mkdir()
+    (root / "logs" / "nodeagent-node-3.log").write_text("10:00:00 pod ns/gone: deleting\n")
+    with pytest.raises(faults.FaultError) as refused:
+        faults.find_pod("ns", "gone", state=root, wait_seconds=0)
+    message = str(refused.value)
+    assert "pods of ns there: p" in message
+    assert "node-2: 10:00:03 pod ns/gone: removed the state" in message
+    assert "nodeagent-node-3.log: 10:00:00 pod ns/gone: deleting" in message
+    assert "ns/other" not in message
+
+
 def test_newest_pod_json_wins(state):
     root, _ = state
     write_pod(root, "node-1", "ns", "p", {"c": 0}, uid="old")

@@ -216,14 +216,48 @@ func (pr *podRuntime) run() {
 func (pr *podRuntime) refreshLoop() {
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
+	stateCheck := time.NewTicker(5 * time.Second)
+	defer stateCheck.Stop()
 	for {
 		select {
 		case <-pr.ctx.Done():
 			return
 		case <-t.C:
 			pr.refreshVolumes(pr.ctx)
+		case <-stateCheck.C:
+			pr.restoreMissingState()
 		}
 	}
+}
+
+// restoreMissingState writes pod.json again when it is gone while the pod runs. The fault
+// injection of the tests (hack/cluster/faults.py) finds a pod's processes through it; CI once
+// saw a running operator pod without one after its node agent was restarted, for minutes, so
+// that every later fault on it failed. What removed it is logged here, with what was left.
+func (pr *podRuntime) restoreMissingState() {
+	if _, err := os.Stat(filepath.Join(pr.dir, "pod.json")); !errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	pr.mu.Lock()
+	deleting := pr.deleting
+	pr.mu.Unlock()
+	if deleting || pr.ctx.Err() != nil {
+		return
+	}
+	left := "nothing"
+	if entries, err := os.ReadDir(pr.dir); err == nil {
+		names := make([]string, 0, len(entries))
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		left = fmt.Sprintf("%v", names)
+	}
+	if err := os.MkdirAll(pr.dir, 0o755); err != nil {
+		pr.logf("pod.json is missing and %s cannot be made again: %v", pr.dir, err)
+		return
+	}
+	pr.logf("pod.json was missing while the pod runs (left in %s: %s): written again", pr.dir, left)
+	pr.saveState()
 }
 
 // setup prepares volumes, the network namespace and /etc files.
