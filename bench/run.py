@@ -65,6 +65,7 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -1388,7 +1389,7 @@ def minio_store():
 async def fill_large(endpoint: str, count: int, concurrency: int = 8) -> None:
     """``count`` keys of LARGE_VALUE incompressible bytes each, ``concurrency`` puts in flight."""
     import grpc.aio
-    from etcd3aio.errors import EtcdTransientError
+    from etcd3aio.errors import EtcdConnectionError, EtcdTransientError
     from etcd3aio.kv import KVService
 
     block = os.urandom(2 * LARGE_VALUE)
@@ -1399,10 +1400,12 @@ async def fill_large(endpoint: str, count: int, concurrency: int = 8) -> None:
         async def worker():
             for i in todo:  # shared: each key is taken by one worker
                 offset = (i * 4099) % LARGE_VALUE  # a different value for every key
-                for attempt in range(3):
+                for attempt in range(5):
                     # A put can wait behind a member's backend commit of the earlier 1 MiB
-                    # values for a minute on a slow disk; putting the same value again is
-                    # harmless, and a benchmark run stopped while refilling loses its rounds.
+                    # values for a minute on a slow disk, or be timed out by etcd itself
+                    # ("request timed out", after its apply took too long); putting the same
+                    # value again is harmless, and a benchmark run stopped while refilling
+                    # loses its rounds.
                     try:
                         await kv.put(
                             f"/bench/large/{i:06d}",
@@ -1410,9 +1413,10 @@ async def fill_large(endpoint: str, count: int, concurrency: int = 8) -> None:
                             timeout=60,
                         )
                         break
-                    except (TimeoutError, EtcdTransientError):
-                        if attempt == 2:
+                    except (TimeoutError, EtcdTransientError, EtcdConnectionError):
+                        if attempt == 4:
                             raise
+                        await asyncio.sleep(1)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
@@ -2234,13 +2238,46 @@ def member_endpoints(driver) -> dict[str, str]:
 
 
 def etcdctl_run(etcdctl: str, endpoints: str, *args: str, check: bool = True) -> str:
-    return subprocess.run(
+    done = subprocess.run(
         [etcdctl, f"--endpoints={endpoints}", "--command-timeout=600s", *args],
         capture_output=True,
         text=True,
-        check=check,
         timeout=660,
-    ).stdout
+    )
+    if check and done.returncode:
+        raise RuntimeError(f"etcdctl {' '.join(args)} at {endpoints}: {done.stderr.strip()}")
+    return done.stdout
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def go_duration_seconds(text: str) -> float:
+    """A Go duration as etcd logs it (``2.5s``, ``850.1ms``, ``1m2.5s``) in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+    parts = re.findall(r"([0-9.]+)(h|ms|us|µs|ns|m|s)", text)
+    return sum(float(number) * units[unit] for number, unit in parts)
+
+
+def etcd_defrag_seconds(driver, since: str) -> dict[str, list[float]]:
+    """How long each member's own defragmentations since ``since`` (utc_now()) took, as etcd
+    logs them ("finished defragmenting directory", took): etcd's work without the client's
+    round trips, to tell where a slower defragmentation spends its time. Picked by the log
+    lines' own time (the local cluster's `kubectl logs` has no --since-time)."""
+    took = {}
+    for pod in driver.pods():
+        peer = pod["metadata"]["labels"]["etcd.quorumkeeper.dev/peer"]
+        log = driver.kube("logs", pod["metadata"]["name"], "-n", driver.namespace, "-c", "etcd")
+        for line in log.splitlines():
+            if "finished defragmenting directory" not in line or not line.startswith("{"):
+                continue
+            entry = json.loads(line)
+            if entry.get("ts", "")[:19] >= since[:19]:
+                took.setdefault(peer, []).append(
+                    round(go_duration_seconds(entry.get("took", "")), 3)
+                )
+    return took
 
 
 def make_garbage(driver, etcdctl: str, size_mib: int) -> dict:
@@ -2369,8 +2406,10 @@ def bench_defragment(kube: Kube, runs: int, size_mib: int = 1024) -> None:
 
     def by_operator(run: int) -> dict:
         sizes = make_garbage(driver, etcdctl, size_mib)
+        since = utc_now()
         with Writer(driver.client_endpoint(), rate=20) as writer:
             operator = defragment_by_operator(driver, f"bench-{run}-{uuid.uuid4().hex[:4]}")
+        operator["etcd_took"] = etcd_defrag_seconds(driver, since)
         operator["writer"] = {"ok": writer.ok, "failed": writer.failed, "p99_ms": writer.p99_ms()}
         operator["members"] = [
             {
@@ -2386,9 +2425,11 @@ def bench_defragment(kube: Kube, runs: int, size_mib: int = 1024) -> None:
 
     def by_hand_once() -> dict:
         make_garbage(driver, etcdctl, size_mib)
+        since = utc_now()
         with Writer(driver.client_endpoint(), rate=20) as writer:
             by_hand = defragment_by_hand(driver, etcdctl)
         by_hand["writer"] = {"ok": writer.ok, "failed": writer.failed, "p99_ms": writer.p99_ms()}
+        by_hand["etcd_took"] = etcd_defrag_seconds(driver, since)
         return by_hand
 
     for run in range(runs):
@@ -2403,8 +2444,9 @@ def bench_defragment(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         rounds.append({"operator": operator, "by_hand": by_hand, "operator_first": not run % 2})
         print(
             f"defragment round {run}: operator {operator['seconds']:.1f}s "
-            f"{[m['seconds'] for m in operator['members']]} {operator['writer']}, by hand "
-            f"{by_hand['seconds']:.1f}s {[m['seconds'] for m in by_hand['members']]} "
+            f"{[m['seconds'] for m in operator['members']]} (etcd: {operator['etcd_took']}) "
+            f"{operator['writer']}, by hand {by_hand['seconds']:.1f}s "
+            f"{[m['seconds'] for m in by_hand['members']]} (etcd: {by_hand['etcd_took']}) "
             f"{by_hand['writer']}",
             flush=True,
         )

@@ -49,6 +49,14 @@ options:
         for less than it is read too, so that C(pvcs) says whether it can grow in place. Only
         with I(volume_size).
     type: raw
+  compacted_revision:
+    description:
+      - The revision the key history was compacted to as last seen
+        (C(status.maintenance.lastCompaction.revision); 0 when none was). Given, a healthy
+        member is asked where the history is compacted to now (two reads when it has not moved,
+        a binary search over the revisions when it has), returned as C(etcd.compacted_revision);
+        omitted, it is not asked.
+    type: int
   wait_ready:
     description:
       - Members (EtcdPeer names) whose pod Kubernetes should say is ready before the
@@ -180,8 +188,9 @@ backups:
   returned: without a healthy quorum, when etcd answers or a member's data is gone
 etcd:
   description: What etcd says, as etcd_cluster_info returns it (reachable, members, leader, quorum,
-    healthy, cluster_version, endpoint_errors), and alarms (C([{member_id, alarm}]), null
-    when no healthy member answered). When etcd refuses the connection's credentials,
+    healthy, cluster_version, endpoint_errors), alarms (C([{member_id, alarm}]), null
+    when no healthy member answered) and, with I(compacted_revision), compacted_revision
+    (absent when no healthy member answered). When etcd refuses the connection's credentials,
     C(credentials_refused) holds its answer, C(reachable) is true and nothing else is known.
   type: dict
   returned: always
@@ -482,6 +491,10 @@ def observe_etcd(p, peers):
             # statuses.
             info = client.cluster_info(joining=p["wait_ready"])
             info["alarms"] = observe_alarms(client, info)
+            if p["compacted_revision"] is not None:
+                compacted = observe_compaction(client, info, p["compacted_revision"])
+                if compacted is not None:
+                    info["compacted_revision"] = compacted
             return info
     except EtcdUnreachable as exc:
         return dict(UNREACHABLE, endpoint_errors=exc.errors)
@@ -503,6 +516,18 @@ def observe_alarms(client, info):
         return client.alarms(healthy)
     except (EtcdUnreachable, EtcdOperationError):
         return None
+
+
+def observe_compaction(client, info, known):
+    """The revision the history is compacted to, as a healthy member says it; None when none
+    answers (status.maintenance.lastCompaction then keeps what it said)."""
+    healthy = [u for m in info["members"] if m.get("healthy") for u in m.get("client_urls", [])]
+    for url in healthy[:2]:
+        try:
+            return client.compacted_revision(url, known)
+        except EtcdOperationError:
+            continue
+    return None
 
 
 def recovery_restore(p, direct, cluster):
@@ -570,6 +595,7 @@ ARGUMENT_SPEC = {
     "client_port": {"type": "int", "default": DEFAULT_CLIENT_PORT},
     "volume_size": {"type": "raw"},
     "volume_size_limit": {"type": "raw"},
+    "compacted_revision": {"type": "int"},
     "wait_ready": {"type": "list", "elements": "str", "default": []},
     "wait_ready_timeout": {"type": "float", "default": 3},
     "monitoring": {"type": "dict"},

@@ -519,6 +519,52 @@ class EtcdClient(EtcdSession):
 
         return self._run(call())
 
+    def compacted_revision(self, endpoint, known=0):
+        """The revision one member's key history is compacted to: the oldest revision a read
+        may still ask for (0: never compacted). A read at a compacted revision is refused before
+        anything is read, so each probe costs the same whatever the database holds: ``known``,
+        the answer of last time, is checked with two reads; anything else is a binary search
+        over the revisions (about 20 reads for a million)."""
+
+        async def readable(kv, revision):
+            try:
+                await kv.get(
+                    b"\0", serializable=True, revision=revision, count_only=True,
+                    timeout=self.timeout,
+                )  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - only the compaction refusal is an answer
+                if ERR_COMPACTED in (etcd_error_detail(exc) or str(exc)):
+                    return False
+                raise
+            return True
+
+        async def search():
+            kv = self._kv(endpoint)
+            current = (
+                await kv.get(b"\0", serializable=True, count_only=True, timeout=self.timeout)
+            ).header.revision
+            low, high = 1, current  # the answer is the lowest readable revision in [low, high]
+            if 1 < known <= current:
+                if not await readable(kv, known):
+                    low = known + 1
+                elif await readable(kv, known - 1):
+                    high = known - 1  # compacted less far than before: a restored store
+                else:
+                    return known
+            while low < high:
+                middle = (low + high) // 2
+                if await readable(kv, middle):
+                    high = middle
+                else:
+                    low = middle + 1
+            return low if low > 1 else 0
+
+        try:
+            return self._run(search())
+        except Exception as exc:  # noqa: BLE001 - said with the member's address
+            detail = etcd_error_detail(exc) or describe_error(exc)
+            raise EtcdOperationError(f"compacted revision via {endpoint}: {detail}", exc) from exc
+
     def snapshot(self, endpoint, timeout=None):
         """The snapshot of one member's backend, as the chunks etcd streams.
 

@@ -145,6 +145,8 @@ _FLAGS = (
     ("electionTimeoutMs", "--election-timeout"),
     ("maxRequestBytes", "--max-request-bytes"),
     ("metrics", "--metrics"),
+    ("maxTxnOps", "--max-txn-ops"),
+    ("logLevel", "--log-level"),
 )
 
 

@@ -203,6 +203,12 @@ def etcd_cluster_report(observed: dict, step: dict) -> dict:
     if current.get("maintenance"):
         # Written by the step that made it; kept in what the next round plans from.
         status["maintenance"] = current["maintenance"]
+    compaction = _compaction_record(info, observed, current)
+    if compaction is not None:
+        status["maintenance"] = {
+            **(status.get("maintenance") or {}),
+            "lastCompaction": compaction or None,
+        }
     schedule = _schedule_record(observed, current)
     if schedule is not None:
         status["maintenance"] = {**(status.get("maintenance") or {}), "schedule": schedule or None}
@@ -399,6 +405,23 @@ def _problems(observed: dict) -> list[dict]:
                 }
             )
     return found
+
+
+def _compaction_record(info: dict, observed: dict, current: dict) -> dict | None:
+    """status.maintenance.lastCompaction: the revision the history is compacted to and when the
+    operator first saw it there (etcd compacts by itself, spec.options.autoCompaction, and
+    says when to no client: the time is the observation's, a reconcile after it). What was
+    recorded when etcd was not asked; {} to remove a record that no longer holds (a store
+    never compacted since it was restored); None: nothing to write."""
+    record = (current.get("maintenance") or {}).get("lastCompaction") or {}
+    revision = info.get("compacted_revision")
+    if revision is None:
+        return record or None
+    if not revision:
+        return {} if record else None
+    if record.get("revision") == revision:
+        return record
+    return {"revision": revision, "observedAt": observed.get("now")}
 
 
 def _schedule_record(observed: dict, current: dict) -> dict | None:

@@ -1293,6 +1293,9 @@ def test_options_are_kept_as_declared_with_the_compaction_mode_defaulted(kube_ap
         "heartbeatIntervalMs": 200,
         "electionTimeoutMs": 2000,
         "maxRequestBytes": "4Mi",
+        "maxTxnOps": 1024,
+        "logLevel": "warn",
+        "metrics": "extensive",
     }
     stored = accepted(create(kube_api, namespace, cluster("o", storage=STORAGE, options=options)))
     assert stored["spec"]["options"] == {
@@ -1372,6 +1375,8 @@ def test_quota_above_eight_gibibytes_needs_saying_so(kube_api, namespace):
         ),
         ({"autoCompaction": {"mode": "periodic"}}, "spec.options.autoCompaction.retention"),
         ({"snapshotCount": 10}, "spec.options.snapshotCount"),
+        ({"maxTxnOps": 0}, "spec.options.maxTxnOps"),
+        ({"logLevel": "verbose"}, "spec.options.logLevel"),
         ({"compactEverything": True}, "compactEverything"),
     ],
     ids=[
@@ -1383,6 +1388,8 @@ def test_quota_above_eight_gibibytes_needs_saying_so(kube_api, namespace):
         "unknown-mode",
         "no-retention",
         "tiny-snapshot-count",
+        "no-transactions",
+        "unknown-log-level",
         "unknown-field",
     ],
 )

@@ -323,3 +323,30 @@ def test_a_cluster_out_of_space_lately_is_looked_at_every_30_seconds():
         }
     )
     assert report(scheduled, plan(scheduled))["requeue"] == "steady"
+
+
+def test_the_last_compaction_is_recorded_when_etcd_is_seen_compacted_further():
+    observed = observation()
+    # etcd was not asked (a re-observation after a step), or never compacted: nothing said.
+    assert "lastCompaction" not in report(observed, plan(observed))["status"].get("maintenance", {})
+    observed["etcd"]["compacted_revision"] = 0
+    assert "lastCompaction" not in report(observed, plan(observed))["status"].get("maintenance", {})
+
+    observed["etcd"]["compacted_revision"] = 1200
+    status = report(observed, plan(observed))["status"]
+    assert status["maintenance"]["lastCompaction"] == {"revision": 1200, "observedAt": NOW}
+
+    seen = {"revision": 1200, "observedAt": "2026-01-01T02:00:00Z"}
+    observed = observation(current={"maintenance": {"lastCompaction": seen}})
+    observed["etcd"]["compacted_revision"] = 1200
+    assert report(observed, plan(observed))["status"]["maintenance"]["lastCompaction"] == seen
+    del observed["etcd"]["compacted_revision"]
+    assert report(observed, plan(observed))["status"]["maintenance"]["lastCompaction"] == seen
+    observed["etcd"]["compacted_revision"] = 5000
+    assert report(observed, plan(observed))["status"]["maintenance"]["lastCompaction"] == {
+        "revision": 5000,
+        "observedAt": NOW,
+    }
+    # Restored from a backup and not compacted since: the record goes (null, merged away).
+    observed["etcd"]["compacted_revision"] = 0
+    assert report(observed, plan(observed))["status"]["maintenance"]["lastCompaction"] is None

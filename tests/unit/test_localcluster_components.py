@@ -31,6 +31,15 @@ def binaries(tmp_path, monkeypatch):
         component.stop(timeout=2)
 
 
+def running(component) -> int | None:
+    """The component's pid once its process runs the binary (a moment after Popen returns,
+    the child may not have exec'd it yet)."""
+    deadline = time.monotonic() + 5
+    while (pid := component.pid()) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pid
+
+
 def gone(pid: int) -> bool:
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
@@ -45,7 +54,7 @@ def test_a_component_rebuilt_at_another_path_replaces_the_running_one(binaries):
     before = localcluster.Component("agent", [old, "300"], directory=root / "nodes")
     started.append(before)
     assert before.start() is True
-    old_pid = before.pid()
+    old_pid = running(before)
     assert old_pid
 
     after = localcluster.Component("agent", [new, "300"], directory=root / "nodes")
@@ -53,7 +62,7 @@ def test_a_component_rebuilt_at_another_path_replaces_the_running_one(binaries):
     assert after.pid() == old_pid, "the running process of the old binary is not ours any more"
     assert after.start() is True
     assert gone(old_pid), "the old binary's process was left running beside the new one"
-    assert after.pid() not in (None, old_pid)
+    assert running(after) not in (None, old_pid)
     assert after.start() is False  # the same argv again: left as it is
 
 
@@ -62,6 +71,7 @@ def test_a_recycled_pid_running_something_else_is_not_the_component(binaries):
     other = localcluster.Component("other", [new, "300"], directory=root / "nodes")
     started.append(other)
     other.start()
+    assert running(other)
     component = localcluster.Component("agent", [old, "300"], directory=root / "nodes")
     component.pid_file.parent.mkdir(parents=True)
     component.pid_file.write_text(str(other.pid()))

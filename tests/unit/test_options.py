@@ -96,7 +96,13 @@ def test_flags():
     options = effective_options(
         {
             "storage": storage("1Gi"),
-            "options": {"snapshotCount": 20000, "maxRequestBytes": "2Mi", "metrics": "extensive"},
+            "options": {
+                "snapshotCount": 20000,
+                "maxRequestBytes": "2Mi",
+                "metrics": "extensive",
+                "maxTxnOps": 512,
+                "logLevel": "warn",
+            },
         }
     )
     assert option_flags(options) == [
@@ -104,6 +110,8 @@ def test_flags():
         "--snapshot-count=20000",
         f"--max-request-bytes={2 * MIB}",
         "--metrics=extensive",
+        "--max-txn-ops=512",
+        "--log-level=warn",
         "--auto-compaction-mode=periodic",
         "--auto-compaction-retention=5m",
     ]
