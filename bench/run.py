@@ -2245,8 +2245,15 @@ def etcdctl_run(etcdctl: str, endpoints: str, *args: str, check: bool = True) ->
         timeout=660,
     )
     if check and done.returncode:
-        raise RuntimeError(f"etcdctl {' '.join(args)} at {endpoints}: {done.stderr.strip()}")
+        raise EtcdctlFailed(done.returncode, done.args, done.stdout, done.stderr)
     return done.stdout
+
+
+class EtcdctlFailed(subprocess.CalledProcessError):
+    """A CalledProcessError that says etcdctl's own error (the bench's log is all there is)."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}: {(self.stderr or '').strip()}"
 
 
 def utc_now() -> str:
