@@ -53,8 +53,9 @@ options:
     description:
       - The revision the key history was compacted to as last seen
         (C(status.maintenance.lastCompaction.revision); 0 when none was). Given, a healthy
-        member is asked where the history is compacted to now (two reads when it has not moved,
-        a binary search over the revisions when it has), returned as C(etcd.compacted_revision);
+        member is asked where the history is compacted to now (three reads when it has not
+        moved - its current revision and each side of the known one - and a binary search over the
+        revisions when it has), returned as C(etcd.compacted_revision);
         omitted, it is not asked.
     type: int
   wait_ready:
@@ -504,12 +505,17 @@ def observe_etcd(p, peers):
         return dict(UNREACHABLE, reachable=True, credentials_refused=str(exc))
 
 
+def healthy_client_urls(info):
+    """The client URLs of the members etcd_cluster_info found healthy."""
+    return [u for m in info["members"] if m.get("healthy") for u in m.get("client_urls", [])]
+
+
 def observe_alarms(client, info):
     """Active alarms (an upgrade waits while one is): asked of a healthy member; None when
     there is none, it does not answer, or the cluster has no quorum: etcd reads alarms through
     raft, so without a quorum the call could only wait out its timeout (5 s of every observe
     while a disaster recovery is decided)."""
-    healthy = [u for m in info["members"] if m.get("healthy") for u in m.get("client_urls", [])]
+    healthy = healthy_client_urls(info)
     if not healthy or not info.get("healthy"):
         return None
     try:
@@ -521,8 +527,7 @@ def observe_alarms(client, info):
 def observe_compaction(client, info, known):
     """The revision the history is compacted to, as a healthy member says it; None when none
     answers (status.maintenance.lastCompaction then keeps what it said)."""
-    healthy = [u for m in info["members"] if m.get("healthy") for u in m.get("client_urls", [])]
-    for url in healthy[:2]:
+    for url in healthy_client_urls(info)[:2]:
         try:
             return client.compacted_revision(url, known)
         except EtcdOperationError:

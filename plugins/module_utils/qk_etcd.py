@@ -523,8 +523,9 @@ class EtcdClient(EtcdSession):
         """The revision one member's key history is compacted to: the oldest revision a read
         may still ask for (0: never compacted). A read at a compacted revision is refused before
         anything is read, so each probe costs the same whatever the database holds: ``known``,
-        the answer of last time, is checked with two reads; anything else is a binary search
-        over the revisions (about 20 reads for a million)."""
+        the answer of last time, is checked with three reads (the current revision, then each
+        side of it); anything else is a binary search over the revisions (about 20 reads for a
+        million)."""
 
         async def readable(kv, revision):
             try:
