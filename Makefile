@@ -27,8 +27,12 @@ demo: cluster-up deploy ## Local cluster + operator + the sample 3-member EtcdCl
 	$(KUBECTL) get etcdclusters.etcd.quorumkeeper.dev,etcdpeers.etcd.quorumkeeper.dev,pods,pvc -o wide
 	@echo; echo "export KUBECONFIG=$(KUBECONFIG)   # then: kubectl get etcdc (or: kubectl get quorumkeeper)"
 
+# The lanes build the toolchain's part for tests beside the tests (hack/test_lanes.py); one
+# pytest process (PYTEST_ARGS) gets all of it first.
+TEST_TOOLCHAIN := $(if $(strip $(PYTEST_ARGS)),toolchain,toolchain-cluster)
+
 .PHONY: test
-test: toolchain ## Lint, then every test suite (starts and stops the servers it needs); PYTEST_ARGS=... runs that selection instead
+test: $(TEST_TOOLCHAIN) ## Lint, then every test suite (starts and stops the servers it needs); PYTEST_ARGS=... runs that selection instead
 	$(MAKE) --no-print-directory lint
 ifeq ($(strip $(PYTEST_ARGS)),)
 	$(PYTHON) hack/test_lanes.py
@@ -42,8 +46,12 @@ endif
 toolchain: ## Build/install the pinned control plane, etcd, ansible-operator, CoreDNS, MinIO, Prometheus, OLM, opm, operator-sdk, cert-manager, node agent, soak checker, venv
 	python3 hack/toolchain/install.py
 
+.PHONY: toolchain-cluster
+toolchain-cluster: ## Only what the local cluster, the operator and the demo need (control plane, etcd, ansible-operator, CoreDNS, node agent, venv)
+	python3 hack/toolchain/install.py --part cluster
+
 .PHONY: cluster-up
-cluster-up: toolchain ## Start the local cluster (idempotent); prints the kubeconfig path
+cluster-up: toolchain-cluster ## Start the local cluster (idempotent); prints the kubeconfig path
 	$(LOCALCLUSTER) up
 
 .PHONY: cluster-down
@@ -55,20 +63,20 @@ cluster-status: ## Show the local cluster's components and nodes
 	$(LOCALCLUSTER) status
 
 .PHONY: object-stores
-object-stores: cluster-up ## MinIO, moto (S3) and fake-gcs-server in the cluster, with a bucket each; prints their URLs
+object-stores: toolchain cluster-up ## MinIO, moto (S3) and fake-gcs-server in the cluster, with a bucket each; prints their URLs
 	$(PYTHON) hack/cluster/object_stores.py up
 
 ##@ Operator SDK targets
 
 .PHONY: run
-run: toolchain ## Run the operator on this host against $KUBECONFIG (needs cluster DNS on the host)
+run: toolchain-cluster ## Run the operator on this host against $KUBECONFIG (needs cluster DNS on the host)
 	ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg QK_KUBECONFIG=$(KUBECONFIG) \
 	PATH=$(VENV)/bin:$$PATH WATCH_NAMESPACE= \
 	$$($(PYTHON) -c 'import json;print(json.load(open("$(QK_CACHE)/toolchain.json"))["ansible_operator"])')/ansible-operator \
 		run --watches-file=./watches.yaml --health-probe-bind-address=127.0.0.1:6789 --metrics-bind-address=127.0.0.1:8080
 
 .PHONY: install
-install: toolchain ## Install the CRDs into $KUBECONFIG
+install: toolchain-cluster ## Install the CRDs into $KUBECONFIG
 	$(KUBECTL) apply --server-side -k config/crd
 
 .PHONY: uninstall
@@ -76,7 +84,7 @@ uninstall: ## Remove the CRDs (and with them every etcd custom resource; PVCs st
 	$(KUBECTL) delete -k config/crd --ignore-not-found
 
 .PHONY: deploy
-deploy: toolchain ## Deploy the operator (config/default); on the local cluster also "builds" its image
+deploy: toolchain-cluster ## Deploy the operator (config/default); on the local cluster also "builds" its image
 	@if [ "$(KUBECONFIG)" = "$(QK_STATE)/kubeconfig" ]; then $(LOCALCLUSTER) deploy-operator; \
 	else $(KUBECTL) apply --server-side -k config/default; fi
 
@@ -104,7 +112,7 @@ bundle-validate: toolchain ## Validate bundle/ as OperatorHub does (operator-sdk
 ##@ OLM
 
 .PHONY: olm-install
-olm-install: cluster-up ## OLM v0 on the local cluster: its CRDs, olm and catalog operators (idempotent)
+olm-install: toolchain cluster-up ## OLM v0 on the local cluster: its CRDs, olm and catalog operators (idempotent)
 	$(PYTHON) hack/olm/olm_install.py
 
 .PHONY: catalog
@@ -114,7 +122,7 @@ catalog: olm-install ## File-based catalog of bundle/ (opm), served as CatalogSo
 ##@ Development
 
 .PHONY: lint
-lint: toolchain ## ruff and ansible-lint
+lint: toolchain-cluster ## ruff and ansible-lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	PATH=$(VENV)/bin:$$PATH ANSIBLE_CONFIG=$(CURDIR)/ansible.cfg $(VENV)/bin/ansible-lint roles playbooks molecule
@@ -126,14 +134,14 @@ molecule: toolchain ## Every molecule scenario (molecule/*) on the local cluster
 	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/molecule test $(if $(SCENARIO),-s $(SCENARIO),--all)
 
 .PHONY: bench
-bench: cluster-up ## Benchmarks; results in bench/results/
+bench: toolchain cluster-up ## Benchmarks; results in bench/results/
 	$(PYTHON) bench/run.py
 
 ROUNDS ?= 100
 SOAK_REPORT ?= bench/results/soak.json
 
 .PHONY: soak
-soak: cluster-up ## Chaos soak (ROUNDS=100): faults under load, history checked; bench/results/soak.json
+soak: toolchain cluster-up ## Chaos soak (ROUNDS=100): faults under load, history checked; bench/results/soak.json
 	$(PYTHON) hack/soak.py --rounds $(ROUNDS) --report $(SOAK_REPORT)
 
 .PHONY: help

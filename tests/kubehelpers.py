@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "hack" / "toolchain"))
+import manifest as toolchain_manifest  # noqa: E402 - hack/toolchain/manifest.py
+
 # Always the qualified resources: other etcd operators name their kind EtcdCluster too, and with
 # one of their CRDs installed a bare "etcdcluster" may resolve to theirs.
 CLUSTERS = "etcdclusters.etcd.quorumkeeper.dev"
@@ -20,6 +24,12 @@ STATE = Path(os.environ.get("QK_STATE", "/var/lib/quorumkeeper"))
 
 class WaitTimeout(AssertionError):
     pass
+
+
+def toolchain_component(key: str):
+    """The toolchain.json entry of ``key``, waited for while `make test` builds the tests' part
+    of the toolchain in the background (MinIO, Prometheus, cert-manager, OLM, ...)."""
+    return toolchain_manifest.component(key)
 
 
 def wait_until(description: str, predicate, timeout: float = 60.0, interval: float = 0.5):

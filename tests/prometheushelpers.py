@@ -4,17 +4,13 @@ the observability e2e."""
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
-CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
+from kubehelpers import toolchain_component
 
 
 def tool(name: str) -> str:
     """The path of ``prometheus`` or ``promtool``; fails saying how to get it."""
-    manifest = CACHE / "toolchain.json"
-    directory = json.loads(manifest.read_text()).get("prometheus") if manifest.exists() else None
-    path = Path(directory or "/nonexistent") / name
+    path = Path(toolchain_component("prometheus")) / name
     assert path.is_file(), f"{name} is missing: `make toolchain` builds it ({path})"
     return str(path)

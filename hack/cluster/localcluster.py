@@ -36,6 +36,8 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolchain"))
+import manifest as toolchain_manifest  # noqa: E402 - hack/toolchain/manifest.py
 from pki import CertificateAuthority, service_account_key  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +93,12 @@ def toolchain() -> dict:
     if not MANIFEST.exists():
         raise SystemExit(f"{MANIFEST} is missing: run `python3 hack/toolchain/install.py` first")
     return json.loads(MANIFEST.read_text())
+
+
+def toolchain_component(key: str):
+    """One component of the toolchain, waited for while `make test` builds it in the
+    background (MinIO, Prometheus, OLM, ...: hack/toolchain/manifest.py)."""
+    return toolchain_manifest.component(key)
 
 
 # --------------------------------------------------------------------------- processes

@@ -131,6 +131,7 @@ def pods_not_ready(kubectl) -> str:
 
 def deploy(kubectl, timeout: float = 180) -> None:
     """Apply the manifest and wait until every store's Deployment is Available."""
+    ensure_minio_image()
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(MANIFEST))
     deadline = time.monotonic() + timeout
     while True:
@@ -154,6 +155,20 @@ def deploy(kubectl, timeout: float = 180) -> None:
                 "and `make cluster-up`)"
             )
         time.sleep(1)
+
+
+def ensure_minio_image() -> None:
+    """On the local cluster, MinIO built (`make test` builds it beside the first tests) and in
+    the node agents' image map before its pod is scheduled; the map is rewritten only when its
+    content changes."""
+    sys.path.insert(0, str(HERE))
+    import localcluster
+
+    layout = localcluster.Layout()
+    if not (layout.state / "images.yaml").exists():
+        return  # not the local cluster: the image is pulled
+    localcluster.toolchain_component("minio")
+    localcluster.LocalCluster().write_image_map(localcluster.toolchain())
 
 
 def host_endpoint(kubectl, store: Store) -> str:

@@ -45,12 +45,7 @@ PORT = 50051
 
 
 def opm_binary() -> str:
-    tools = localcluster.toolchain()
-    if not tools.get("opm"):
-        raise SystemExit(
-            "the toolchain has no opm: run `python3 hack/toolchain/install.py --only opm`"
-        )
-    return tools["opm"]["opm"]
+    return localcluster.toolchain_component("opm")["opm"]
 
 
 def opm(*args: str) -> str:

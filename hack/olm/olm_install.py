@@ -99,12 +99,10 @@ def wait_for(description: str, predicate, timeout: float, interval: float = 0.5)
 
 
 def olm_tools() -> dict:
-    tools = localcluster.toolchain()
-    if not tools.get("olm"):
-        raise SystemExit(
-            "the toolchain has no OLM: run `python3 hack/toolchain/install.py --only olm opm`"
-        )
-    return tools
+    """The toolchain, with OLM and opm in it (waited for while `make test` builds them)."""
+    for key in ("olm", "opm"):
+        localcluster.toolchain_component(key)
+    return localcluster.toolchain()
 
 
 def crds(tools: dict) -> list[dict]:

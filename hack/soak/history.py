@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -127,14 +128,13 @@ class CheckerError(RuntimeError):
 
 def checker_binary() -> Path:
     """The checker `make toolchain` built (toolchain.json names its directory)."""
-    manifest = CACHE / "toolchain.json"
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "toolchain"))
+    import manifest
+
     try:
-        directory = json.loads(manifest.read_text())["soak_checker"]
-    except (OSError, ValueError, KeyError) as error:
-        raise CheckerError(
-            f"no soak checker in {manifest} ({error!r}): run `make toolchain` "
-            "(or python3 hack/toolchain/install.py --only soak-checker)"
-        ) from error
+        directory = manifest.component("soak_checker")
+    except (OSError, ValueError, manifest.MissingComponent) as error:
+        raise CheckerError(f"no soak checker: {error}") from error
     binary = Path(directory) / "soak-checker"
     if not binary.exists():
         raise CheckerError(f"{binary} is missing: run `make toolchain`")

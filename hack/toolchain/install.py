@@ -24,6 +24,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import manifest  # noqa: E402 - beside this file, found through the path set above
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOLCHAIN = ROOT / "hack" / "toolchain"
 CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
@@ -403,69 +406,104 @@ def install_soak_checker() -> Path:
     return out
 
 
-STEPS = [
+# What the local cluster, the operator on it and `make demo` need: `make cluster-up` and the
+# first part of `make test` build these only.
+CLUSTER_STEPS = [
     "debian",
     "venv",
     "kubernetes",
     "etcd",
     "ansible-operator",
     "coredns",
-    "minio",
-    "prometheus",
-    "prometheus-operator-crds",
     "nodeagent",
-    "soak-checker",
-    "olm",
-    "opm",
-    "operator-sdk",
-    "cert-manager",
 ]
+# What only some tests (and `make bundle`, `make olm-install`, `make object-stores`) need, in the
+# order the test lanes first ask for them: `make test` builds these in the background while the
+# tests run, and a test that needs one waits for it (manifest.component).
+TEST_STEPS = [
+    "minio",
+    "prometheus-operator-crds",
+    "cert-manager",
+    "prometheus",
+    "soak-checker",
+    "operator-sdk",
+    "opm",
+    "olm",
+]
+STEPS = CLUSTER_STEPS + TEST_STEPS
 GO_STEPS = set(STEPS) - {"debian", "venv"}
+PARTS = {"cluster": CLUSTER_STEPS, "tests": TEST_STEPS}
+INSTALLERS = {
+    "kubernetes": install_kubernetes,
+    "etcd": lambda: {version: str(path) for version, path in install_etcd().items()},
+    "ansible-operator": install_ansible_operator,
+    "coredns": install_coredns,
+    "nodeagent": install_nodeagent,
+    "minio": install_minio,
+    "prometheus-operator-crds": install_prometheus_operator_crds,
+    "cert-manager": install_cert_manager,
+    "prometheus": install_prometheus,
+    "soak-checker": install_soak_checker,
+    "operator-sdk": install_operator_sdk,
+    "opm": install_opm,
+    "olm": install_olm,
+}
+
+
+def manifest_keys(step: str) -> list[str]:
+    """The toolchain.json entries a step writes."""
+    if step == "debian":
+        return []
+    if step == "venv":
+        return ["venv", "fake_gcs_server"]
+    return [step.replace("-", "_")]
+
+
+def install(step: str) -> None:
+    """Build or check one step and record it in the manifest at once: a reader waiting for it
+    (a test beside a background build) need not wait for the rest."""
+    with manifest.installing(step):
+        if step == "debian":
+            install_debian_packages()
+        elif step == "venv":
+            venv = install_venv()
+            manifest.update(
+                {"venv": str(venv), "fake_gcs_server": str(fake_gcs_server_binary(venv))}
+            )
+        else:
+            value = INSTALLERS[step]()
+            value = str(value) if isinstance(value, Path) else value
+            manifest.update({manifest_keys(step)[0]: value})
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=STEPS, help="install only these components")
+    parser.add_argument(
+        "--part", choices=sorted(PARTS), help="install only this part (cluster, or tests' extras)"
+    )
+    parser.add_argument(
+        "--announce",
+        metavar="LOG",
+        help="say in $QK_CACHE/toolchain-building.json that this run builds these components "
+        "(and writes its output to LOG), so that tests wait for them",
+    )
     parser.add_argument("--print", action="store_true", help="print the manifest when done")
     args = parser.parse_args()
-    wanted = set(args.only or STEPS)
+    wanted = set(args.only or PARTS.get(args.part) or STEPS)
+    steps = [step for step in STEPS if step in wanted]
     started = time.monotonic()
-    manifest = json.loads(MANIFEST.read_text()) if MANIFEST.exists() else {}
-    if "debian" in wanted:
-        install_debian_packages()
-    if "venv" in wanted:
-        manifest["venv"] = str(install_venv())
-        manifest["fake_gcs_server"] = str(fake_gcs_server_binary(VENV))
-    if wanted & GO_STEPS:
-        check_go()
-    if "kubernetes" in wanted:
-        manifest["kubernetes"] = str(install_kubernetes())
-    if "etcd" in wanted:
-        manifest["etcd"] = {v: str(p) for v, p in install_etcd().items()}
-    if "ansible-operator" in wanted:
-        manifest["ansible_operator"] = str(install_ansible_operator())
-    if "coredns" in wanted:
-        manifest["coredns"] = str(install_coredns())
-    if "minio" in wanted:
-        manifest["minio"] = str(install_minio())
-    if "prometheus" in wanted:
-        manifest["prometheus"] = str(install_prometheus())
-    if "prometheus-operator-crds" in wanted:
-        manifest["prometheus_operator_crds"] = str(install_prometheus_operator_crds())
-    if "nodeagent" in wanted:
-        manifest["nodeagent"] = str(install_nodeagent())
-    if "soak-checker" in wanted:
-        manifest["soak_checker"] = str(install_soak_checker())
-    if "olm" in wanted:
-        manifest["olm"] = install_olm()
-    if "opm" in wanted:
-        manifest["opm"] = install_opm()
-    if "operator-sdk" in wanted:
-        manifest["operator_sdk"] = install_operator_sdk()
-    if "cert-manager" in wanted:
-        manifest["cert_manager"] = install_cert_manager()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    MANIFEST.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    if args.announce:
+        manifest.announce([key for step in steps for key in manifest_keys(step)], args.announce)
+    try:
+        if wanted & GO_STEPS:
+            check_go()
+        for step in steps:
+            install(step)
+    except BaseException as error:
+        manifest.finished(error=f"{type(error).__name__}: {error}")
+        raise
+    manifest.finished()
     log(f"toolchain ready in {time.monotonic() - started:.1f}s: {MANIFEST}")
     if args.print:
         print(MANIFEST.read_text())

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubehelpers import toolchain_component
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
@@ -33,11 +34,7 @@ ACCEPTED_WARNINGS = {
 
 
 def tool(key: str) -> str:
-    manifest = CACHE / "toolchain.json"
-    entry = json.loads(manifest.read_text()).get(key) if manifest.exists() else None
-    if not entry:
-        pytest.fail(f"{key} is not in {manifest}: run make toolchain")
-    return entry
+    return toolchain_component(key)
 
 
 def operator_sdk() -> str:
@@ -47,6 +44,7 @@ def operator_sdk() -> str:
 def make_bundle(workdir: Path, edit=None) -> subprocess.CompletedProcess:
     """Run `make bundle` on a copy of its inputs (the toolchain is taken as installed);
     `edit(workdir)` may change the copy first."""
+    operator_sdk()  # waited for: make reads its path from toolchain.json when it starts
     for name in INPUTS:
         src = ROOT / name
         if src.is_dir():

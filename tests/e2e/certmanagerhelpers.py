@@ -10,13 +10,13 @@ import json
 import subprocess
 from pathlib import Path
 
-from kubehelpers import CACHE, wait_until
+from kubehelpers import toolchain_component, wait_until
 
 API = "cert-manager.io/v1"
 
 
 def toolchain() -> dict:
-    return json.loads((CACHE / "toolchain.json").read_text())["cert_manager"]
+    return toolchain_component("cert_manager")
 
 
 class CertManager:

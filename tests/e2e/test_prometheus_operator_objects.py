@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 import yaml
-from kubehelpers import CACHE, CLUSTERS, WaitTimeout, wait_until
+from kubehelpers import CLUSTERS, WaitTimeout, toolchain_component, wait_until
 from prometheushelpers import tool
 
 pytestmark = pytest.mark.cluster
@@ -21,7 +21,7 @@ CRDS = ("podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.
 
 
 def crd_directory() -> str:
-    return json.loads((CACHE / "toolchain.json").read_text())["prometheus_operator_crds"]
+    return toolchain_component("prometheus_operator_crds")
 
 
 def remove_crds(kube) -> None:

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import subprocess
 import time
 import urllib.request
@@ -15,21 +13,14 @@ from pathlib import Path
 import boto3
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
+from kubehelpers import toolchain_component
 from moto.server import ThreadedMotoServer
 
 import etcdharness
 
-CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
-
 
 def minio_binary() -> Path:
-    manifest = CACHE / "toolchain.json"
-    tools = json.loads(manifest.read_text()) if manifest.exists() else {}
-    if "minio" not in tools:
-        raise RuntimeError(
-            f"{manifest} lists no minio: run `python3 hack/toolchain/install.py --only minio`"
-        )
-    return Path(tools["minio"]) / "minio"
+    return Path(toolchain_component("minio")) / "minio"
 
 
 class MinioServer:

@@ -19,13 +19,13 @@ sys.path.insert(0, str(REPO / "hack" / "olm"))
 import olm_catalog  # noqa: E402
 import olm_install  # noqa: E402
 
-TOOLS = json.loads((olm_install.localcluster.MANIFEST).read_text())
+TOOLS: dict = {}
 
 
 @pytest.fixture(autouse=True)
 def olm_toolchain():
-    if not (TOOLS.get("olm") and TOOLS.get("opm")):
-        pytest.fail("no OLM/opm in the toolchain: run python3 hack/toolchain/install.py")
+    """The toolchain with OLM and opm (waited for while `make test` builds them)."""
+    TOOLS.update(olm_install.olm_tools())
 
 
 def objects(bundle: dict) -> list[dict]:

@@ -3,7 +3,6 @@ OLM CRDs it keeps beside them are the eight of the operator-framework/api the pi
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +27,10 @@ OLM_CRDS = {
 
 
 def manifest() -> dict:
-    assert install.MANIFEST.exists(), f"{install.MANIFEST} is missing: run make toolchain"
-    return json.loads(install.MANIFEST.read_text())
+    """The toolchain with the OLM tools (waited for while `make test` builds them)."""
+    for key in ("olm", "opm", "operator_sdk"):
+        install.manifest.component(key)
+    return install.manifest.read()
 
 
 def output(*cmd: str) -> str:
