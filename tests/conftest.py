@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kubehelpers import ROOT, STATE, Kube, wait_until  # noqa: E402
+from kubehelpers import ROOT, STATE, Kube, toolchain_component, toolchain_manifest, wait_until  # noqa: E402
 
 LOCALCLUSTER = [sys.executable, str(ROOT / "hack" / "cluster" / "localcluster.py")]
 
@@ -86,6 +86,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         exclusive = bool(item.get_closest_marker("exclusive"))
         (keep if LANES[lane](uses_local_cluster(item), exclusive) else drop).append(item)
+    if lane == "local":
+        # Tests of a component `make test` builds beside the tests (marked ``toolchain``) go
+        # last: the lane runs everything else while the build goes on, then seldom waits.
+        keep.sort(key=lambda item: bool(item.get_closest_marker("toolchain")))
     if drop:
         config.hook.pytest_deselected(items=drop)
-        items[:] = keep
+    items[:] = keep
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test marked ``toolchain("minio", ...)`` starts once those components are built (a cold
+    `make test` builds them beside the tests): waited for here, outside the test's own timeout,
+    which would count minutes of a build against it. A failed build is left to the test's own
+    look-up (manifest.component), which fails it saying so."""
+    marker = item.get_closest_marker("toolchain")
+    for key in marker.args if marker else ():
+        try:
+            toolchain_component(key)
+        except toolchain_manifest.MissingComponent:
+            break
+    yield

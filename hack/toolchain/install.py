@@ -418,15 +418,16 @@ CLUSTER_STEPS = [
     "nodeagent",
 ]
 # What only some tests (and `make bundle`, `make olm-install`, `make object-stores`) need, in the
-# order the test lanes first ask for them: `make test` builds these in the background while the
-# tests run, and a test that needs one waits for it (manifest.component).
+# order the tests need them (MinIO from the first backup tests on; cert-manager's e2e comes after
+# Prometheus's; OLM's is among the last): `make test` builds these in the background while the
+# tests run, and a test that needs one waits for it (tests marked ``toolchain``).
 TEST_STEPS = [
     "minio",
     "prometheus-operator-crds",
-    "cert-manager",
     "prometheus",
-    "soak-checker",
     "operator-sdk",
+    "soak-checker",
+    "cert-manager",
     "opm",
     "olm",
 ]

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from kubehelpers import toolchain_component
 
+pytestmark = pytest.mark.toolchain("operator_sdk")
+
 ROOT = Path(__file__).resolve().parent.parent.parent
 CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
 CSV = "bundle/manifests/quorumkeeper.clusterserviceversion.yaml"

@@ -11,6 +11,8 @@ import pytest
 from backuphelpers import UID_KEY, backup_manifest, snapshot_status, wait_backup
 from kubehelpers import BACKUPS, wait_until
 
+pytestmark = pytest.mark.toolchain("minio")
+
 CLUSTER = "e2e"
 KEY = UID_KEY
 

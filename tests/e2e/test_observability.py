@@ -32,7 +32,7 @@ from freeports import free_port
 from kubehelpers import ROOT, STATE, WaitTimeout, wait_until
 from prometheushelpers import tool
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.toolchain("prometheus")]
 
 BUCKET = "observability"
 SCHEDULES = "etcdbackupschedules.etcd.quorumkeeper.dev"

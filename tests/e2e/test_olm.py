@@ -27,7 +27,12 @@ from olmhelpers import (
 )
 
 # Stops the regular operator while OLM's runs: alone.
-pytestmark = [pytest.mark.cluster, pytest.mark.exclusive, pytest.mark.timeout(900)]
+pytestmark = [
+    pytest.mark.cluster,
+    pytest.mark.exclusive,
+    pytest.mark.timeout(900),
+    pytest.mark.toolchain("olm", "opm"),
+]
 OPERATOR_NAMESPACE = "qk-olm-e2e"
 SOURCE = "quorumkeeper-e2e"  # its own CatalogSource: `make catalog`'s is left alone
 CATALOG_DIR = STATE / "catalogs" / SOURCE

@@ -15,7 +15,7 @@ import yaml
 from kubehelpers import CLUSTERS, WaitTimeout, toolchain_component, wait_until
 from prometheushelpers import tool
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.toolchain("prometheus", "prometheus_operator_crds")]
 
 CRDS = ("podmonitors.monitoring.coreos.com", "prometheusrules.monitoring.coreos.com")
 

@@ -12,6 +12,7 @@ import base64
 import re
 import urllib.request
 
+import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
     ca_fingerprint,
     issue_leaf,
@@ -28,6 +29,8 @@ from securityhelpers import (
     use_application_certificate,
 )
 from upgradehelpers import AckedWriter
+
+pytestmark = pytest.mark.toolchain("cert_manager")
 
 PARTS = ("client", "peer")
 MANAGED_SECRETS = {"client-ca", "server-tls", "client-tls", "operator-tls", "peer-ca", "peer-tls"}

@@ -16,6 +16,8 @@ sys.path.insert(0, str(ROOT / "hack"))
 
 from soak.chaos import KINDS, Config, Soak, summarize  # noqa: E402
 
+pytestmark = pytest.mark.toolchain("soak_checker")
+
 ROUNDS_PER_KIND = 2
 # Start no new round after this long, so that the test stays within about 4.5 minutes even on a
 # slow machine; the first pass through the kinds takes about 2 minutes on 2 cores.

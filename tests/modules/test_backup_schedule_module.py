@@ -25,6 +25,8 @@ import qk_apiserver  # noqa: E402
 sys.path.insert(0, str(etcdharness.REPO / "tests"))
 from kubehelpers import wait_until  # noqa: E402
 
+pytestmark = pytest.mark.toolchain("minio")
+
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 API = "etcd.quorumkeeper.dev/v1alpha1"
 BACKUPS = "etcdbackups.etcd.quorumkeeper.dev"

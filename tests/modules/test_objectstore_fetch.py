@@ -28,6 +28,8 @@ from damaging_s3 import DamagingMotoServer
 
 import etcdharness
 
+pytestmark = pytest.mark.toolchain("minio")
+
 # As helper pods run it: a module of the collection, with the collections on PYTHONPATH.
 CLI = ["-m", "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore"]
 COLLECTIONS = str(etcdharness.REPO / "collections")

@@ -35,6 +35,8 @@ from minioharness import MinioServer, gcs_client, moto_server
 
 import etcdharness
 
+pytestmark = pytest.mark.toolchain("minio")
+
 # MinIO wants a secret key of at least 8 characters; moto takes any.
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret"}
 BUCKET = "backups"

@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubehelpers import ROOT
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.toolchain("minio")]
 
 SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 

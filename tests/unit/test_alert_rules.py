@@ -17,6 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheushelpers import tool  # noqa: E402
 
+pytestmark = pytest.mark.toolchain("prometheus")
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "config" / "prometheus" / "rules.yaml"
 TESTS = REPO / "tests" / "prometheus" / "alerts_test.yaml"

@@ -10,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dashboardhelpers import dashboard, queries  # noqa: E402
 from prometheushelpers import tool  # noqa: E402
+
+pytestmark = pytest.mark.toolchain("prometheus")
 
 
 def test_the_dashboard_is_one_grafana_can_import():

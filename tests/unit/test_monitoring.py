@@ -29,6 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from prometheushelpers import tool  # noqa: E402
 
+pytestmark = pytest.mark.toolchain("prometheus")
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = yaml.safe_load((REPO / "config" / "prometheus" / "rules.yaml").read_text())
 ALERT_TESTS = yaml.safe_load((REPO / "tests" / "prometheus" / "alerts_test.yaml").read_text())

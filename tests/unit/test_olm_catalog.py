@@ -19,6 +19,8 @@ sys.path.insert(0, str(REPO / "hack" / "olm"))
 import olm_catalog  # noqa: E402
 import olm_install  # noqa: E402
 
+pytestmark = pytest.mark.toolchain("olm", "opm")
+
 TOOLS: dict = {}
 
 

@@ -16,6 +16,8 @@ sys.path.insert(0, str(REPO / "hack"))
 
 from soak.history import History, check, checker_binary, classify  # noqa: E402
 
+pytestmark = pytest.mark.toolchain("soak_checker")
+
 
 def op(i, client, kind, key, call, ret, outcome="ok", **fields):
     record = {"id": i, "client": client, "op": kind, "key": key, "call": call, "outcome": outcome}

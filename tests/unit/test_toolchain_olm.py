@@ -7,12 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack" / "toolchain"))
 
 import install  # noqa: E402
+
+pytestmark = pytest.mark.toolchain("olm", "opm", "operator_sdk")
 
 OLM_CRDS = {
     "catalogsources",
