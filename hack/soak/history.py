@@ -17,7 +17,6 @@ so each interval contains the real one.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -25,7 +24,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
 
 OUTCOMES = ("ok", "failed", "indeterminate")
 OPS = ("get", "put", "cas")

@@ -8,7 +8,8 @@ lands in `$QK_CACHE/bin/<component>-<version>/` and is reused while that directo
 a warm run only checks stamps. The result is described in `$QK_CACHE/toolchain.json`, which the
 cluster script and the tests read.
 
-Usage: python3 hack/toolchain/install.py [--only NAME ...] [--print]
+Usage: python3 hack/toolchain/install.py [--only NAME ... | --part cluster|tests] [--announce LOG]
+[--print]
 Stdlib only: it runs before the virtualenv exists.
 """
 
