@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -181,14 +182,23 @@ class EtcdClusterDriver:
         return "\n".join(lines)
 
     def client_endpoint(self) -> str:
+        """The client Service's address, once it takes connections: Available means the
+        members' pods are ready, and kube-proxy routes to them a moment later (until then it
+        refuses connections to the Service)."""
+        address = self.client_address()
+        wait_until("the client Service to take connections", lambda: takes_connections(address), 30)
+        return f"http://{address[0]}:{address[1]}"
+
+    def client_address(self) -> tuple[str, int]:
         service = self.kube.get("service", f"{self.name}-client", self.namespace)
-        return f"http://{service['spec']['clusterIP']}:2379"
+        return service["spec"]["clusterIP"], 2379
 
     def etcdctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         return subprocess.run(
             [
                 self.etcdctl_binary,
-                f"--endpoints={self.client_endpoint()}",
+                # No wait for the Service: callers retry, some while no member serves.
+                "--endpoints=http://{}:{}".format(*self.client_address()),
                 "--dial-timeout=3s",
                 "--command-timeout=5s",
                 *args,
@@ -278,3 +288,11 @@ def s3(request, s3_port):
 def etcd_cluster_without_operator(local_cluster, namespace):
     """A driver for tests that bring their own operator (test_olm.py: installed by OLM)."""
     return EtcdClusterDriver(local_cluster, namespace)
+
+
+def takes_connections(address: tuple[str, int]) -> bool:
+    try:
+        socket.create_connection(address, timeout=2).close()
+    except OSError:
+        return False
+    return True
