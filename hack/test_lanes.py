@@ -5,9 +5,9 @@ The ``cluster`` lane runs every test that uses the local Kubernetes cluster (the
 molecule scenarios, ...): first the tests that can share it (each in its own namespace against
 the one operator), then the tests marked ``exclusive``, alone, because they stop the operator or
 a node for everyone, or measure how fast the status follows a fault. The shared part runs in
-QK_CLUSTER_WORKERS pytest-xdist workers side by side (default 1: on 2 cores the operator's
-reconciles are CPU-bound and 2 workers made that part slower, 45.5 min against about 40, with
-the status-latency tests failing; with the warm start 35.1 min against 34.0). The
+QK_CLUSTER_WORKERS pytest-xdist workers side by side, by work stealing (default 2: with
+reconciles as cheap as they are now, 2 workers ran the shared tests in 17.6 min against 26.6
+one at a time, on 2 cores; when a no-op reconcile cost 5 times more, they made it slower). The
 ``local`` lane runs, at the same time, every other test: modules against real etcd, their own API
 servers and object stores on free ports, unit tests. Which lane a test belongs to is decided by
 tests/conftest.py (a test using the ``local_cluster`` fixture, or marked ``cluster`` or
@@ -19,7 +19,7 @@ at the lowest CPU priority); those tests wait for what they need, and its failur
 The cluster lane prints as it goes; the local lane's output is kept in a file and printed when
 it ends, so the two do not interleave. Usage: test_lanes.py [pytest options for every lane]
 (options only: a path would leave one of the lanes with nothing to run, which fails).
-Environment: QK_CLUSTER_WORKERS (default 1) workers for the shared part of the cluster lane;
+Environment: QK_CLUSTER_WORKERS (default 2) workers for the shared part of the cluster lane;
 QK_KEEP_CLUSTER=1 keeps a local cluster this run started.
 """
 
@@ -66,9 +66,9 @@ def pytest_command(lane: str, extra: list[str], basetemp: Path) -> list[str]:
     # other, the local lane beside them writes none.
     cache = ["-p", "no:cacheprovider"] if lane == "local" else []
     workers = []
-    count = int(os.environ.get("QK_CLUSTER_WORKERS", "1"))
+    count = int(os.environ.get("QK_CLUSTER_WORKERS", "2"))
     if lane == "cluster-shared" and count > 1:
-        workers = ["-n", str(count), "--dist", "load"]
+        workers = ["-n", str(count), "--dist", "worksteal"]
     return [
         sys.executable,
         "-m",
