@@ -76,6 +76,15 @@ def uses_local_cluster(item) -> bool:
     )
 
 
+def built_after(item) -> int:
+    """0 for a test that needs nothing of the toolchain's tests part, else 1 + the build position
+    (toolchain_manifest.TESTS_PART) of the last component it needs."""
+    marker = item.get_closest_marker("toolchain")
+    needs = marker.args if marker else ()
+    order = toolchain_manifest.TESTS_PART
+    return max((order.index(key) + 1 for key in needs if key in order), default=0)
+
+
 def pytest_collection_modifyitems(config, items):
     lane = os.environ.get(LANE_ENV)
     if not lane:
@@ -86,10 +95,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         exclusive = bool(item.get_closest_marker("exclusive"))
         (keep if LANES[lane](uses_local_cluster(item), exclusive) else drop).append(item)
-    if lane == "local":
-        # Tests of a component `make test` builds beside the tests (marked ``toolchain``) go
-        # last: the lane runs everything else while the build goes on, then seldom waits.
-        keep.sort(key=lambda item: bool(item.get_closest_marker("toolchain")))
+    # Tests of a component `make test` builds beside the tests (marked ``toolchain``) go last,
+    # in the order it builds them: a lane runs everything else while the build goes on, then
+    # seldom waits. The order depends on nothing at run time: pytest-xdist's workers must all
+    # collect the same.
+    keep.sort(key=built_after)
     if drop:
         config.hook.pytest_deselected(items=drop)
     items[:] = keep

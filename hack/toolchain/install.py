@@ -419,19 +419,9 @@ CLUSTER_STEPS = [
     "nodeagent",
 ]
 # What only some tests (and `make bundle`, `make olm-install`, `make object-stores`) need, in the
-# order the tests need them (MinIO from the first backup tests on; cert-manager's e2e comes after
-# Prometheus's; OLM's is among the last): `make test` builds these in the background while the
-# tests run, and a test that needs one waits for it (tests marked ``toolchain``).
-TEST_STEPS = [
-    "minio",
-    "prometheus-operator-crds",
-    "prometheus",
-    "operator-sdk",
-    "soak-checker",
-    "cert-manager",
-    "opm",
-    "olm",
-]
+# order the tests need them (manifest.TESTS_PART): `make test` builds these in the background
+# while the tests run, and a test that needs one waits for it (tests marked ``toolchain``).
+TEST_STEPS = [key.replace("_", "-") for key in manifest.TESTS_PART]
 STEPS = CLUSTER_STEPS + TEST_STEPS
 GO_STEPS = set(STEPS) - {"debian", "venv"}
 PARTS = {"cluster": CLUSTER_STEPS, "tests": TEST_STEPS}

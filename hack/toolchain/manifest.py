@@ -21,6 +21,21 @@ MANIFEST = CACHE / "toolchain.json"
 # {"pid", "components" (manifest keys), "log", "failed" once it has}: a build in the background.
 BUILDING = CACHE / "toolchain-building.json"
 LOCKS = CACHE / "locks"
+# The toolchain's part only some tests need (manifest keys; install.py's steps with "-"), in the
+# order `make test` builds it beside the tests, which run the tests needing it in the same order
+# (tests/conftest.py): MinIO from the first backup tests on; Prometheus, then cert-manager, for
+# the shared cluster tests the exclusive ones wait behind; the soak checker, operator-sdk, opm
+# and OLM for the local lane's and the exclusive lane's last tests.
+TESTS_PART = [
+    "minio",
+    "prometheus_operator_crds",
+    "prometheus",
+    "cert_manager",
+    "soak_checker",
+    "operator_sdk",
+    "opm",
+    "olm",
+]
 
 
 class MissingComponent(RuntimeError):
