@@ -21,6 +21,10 @@ sys.path.insert(0, str(REPO / "hack"))
 from soak.history import History, check  # noqa: E402
 from soak.workload import Workload  # noqa: E402
 
+# The checker is the toolchain's: `make test` builds it beside the tests (a cold run once spent
+# this module's 300 s waiting for it inside the test).
+pytestmark = pytest.mark.toolchain("soak_checker")
+
 
 @pytest.fixture(scope="module")
 def etcd(tmp_path_factory):
