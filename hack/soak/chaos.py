@@ -14,6 +14,9 @@ One fault per round, always a minority of the members (one member, or the operat
   (mid-scale, scaled back afterwards), a member's etcd killed (mid-restart), or nothing (idle).
 - ``defragment``: ask for a defragmentation of every member (annotation
   etcd.quorumkeeper.dev/defragment); the operator does one member at a time, the leader last.
+- ``nospace``: another client overwrites a few keys of its own with large values until etcd
+  refuses a write with NOSPACE (the workload's writes are refused too); the operator compacts,
+  defragments and disarms the alarm by itself.
 
 After each fault the round waits (up to ``recovery_timeout``) until the cluster has recovered:
 the EtcdCluster is Available for its current spec with every member healthy, voting and its pod
@@ -21,8 +24,9 @@ ready (status, observedGeneration current); every member's pod is Ready; etcd it
 spec's number of started voting members and each answers Status through its pod IP with the
 same leader; and the fault's own effect was seen through (the pod restarted or was replaced, the
 member replaced, the node Ready, the operator leading again, the defragmentation request
-answered). The recovery time runs from the fault's injection to that moment. A round that does
-not recover ends the soak: its state, Events and the operator's log are saved for debugging.
+answered, the NOSPACE alarm gone and writes accepted again). The recovery time runs from the
+fault's injection to that moment. A round that does not recover ends the soak: its state,
+Events and the operator's log are saved for debugging.
 """
 
 from __future__ import annotations
@@ -73,9 +77,13 @@ KINDS = (
     "stop-node",
     "kill-operator",
     "defragment",
+    "nospace",
 )
 DEFRAGMENT_ANNOTATION = "etcd.quorumkeeper.dev/defragment"
 OPERATOR_SCENARIOS = ("mid-replace", "mid-scale", "mid-restart", "idle")
+# nospace: the filling client overwrites this many keys with values this large, so that the
+# live data stays small (a few MiB) and what fills the quota is history the operator can compact.
+FILL_KEYS, FILL_VALUE_BYTES = 8, 384 * 1024
 
 
 @dataclass
@@ -615,11 +623,65 @@ class Soak:
         self.note("defragmentation requested", request=token)
 
         def evidence():
-            status = self.cluster.get().get("status") or {}
-            last = (status.get("maintenance") or {}).get("lastDefragmentation") or {}
+            last = self._last_defragmentation()
             return [] if last.get("request") == token else [f"request {token} not answered"]
 
         return evidence
+
+    def inject_nospace(self, record: dict):
+        """The database filled to its quota under the workload: a client of its own overwrites
+        FILL_KEYS keys with large values until etcd refuses a put with NOSPACE. Recovered once
+        the status records a NOSPACE recovery newer than the round, etcd lists no alarm and a
+        put is accepted again (the workload's puts were refused meanwhile: indeterminate, as
+        etcd may have applied the put that crossed the quota)."""
+        before = self._last_defragmentation().get("at")
+        # The operator answers NOSPACE with a compaction: the writes so far are read back at
+        # their revisions now, and the fill's own window right after the refusal.
+        self.workload.read_back(timeout=30)
+        endpoint = self.cluster.client_endpoint()
+        prefix = f"/soak-fill/{self.config.seed}/"
+        value = os.urandom(FILL_VALUE_BYTES)
+        written, errors = 0, []
+        deadline = time.monotonic() + self.config.recovery_timeout
+        with etcd_client(ConnectionProfile([endpoint], timeout=10)) as etcd:
+            while True:
+                if time.monotonic() > deadline:
+                    raise RoundFailed(f"no NOSPACE after {written} writes of {len(value)} bytes")
+                rotated = value[written % 1024 :] + value[: written % 1024]  # no two alike
+                try:
+                    etcd.put(f"{prefix}{written % FILL_KEYS}", rotated)
+                    written += 1
+                except (qk_etcd_errors.EtcdOperationError, qk_etcd_errors.EtcdUnreachable) as e:
+                    if "space exceeded" in str(e):
+                        break
+                    errors.append(str(e)[:200])
+                    if len(errors) > 20:
+                        raise RoundFailed(f"the fill failed before NOSPACE: {errors[-3:]}") from e
+        record.update(target="every member", fill_writes=written, fill_errors=len(errors))
+        record["injected"] = self.now()
+        self.note("writes refused with NOSPACE", fill_writes=written)
+        self.workload.read_back(timeout=5)
+
+        def evidence():
+            last = self._last_defragmentation()
+            if last.get("reason") != "NOSPACE" or last.get("at") == before:
+                return ["no NOSPACE recovery in status.maintenance.lastDefragmentation"]
+            ips = [p.get("status", {}).get("podIP") for p in self.cluster.live_pods().values()]
+            endpoints = [f"http://{ip}:2379" for ip in ips if ip]
+            with etcd_client(ConnectionProfile(endpoints, timeout=2)) as etcd:
+                try:
+                    if alarms := etcd.alarms():
+                        return [f"etcd alarms {alarms}"]
+                    etcd.put(f"{prefix}0", b"accepted again")
+                except (qk_etcd_errors.EtcdOperationError, qk_etcd_errors.EtcdUnreachable) as e:
+                    return [f"a write after the recovery: {e}"]
+            return []
+
+        return evidence
+
+    def _last_defragmentation(self) -> dict:
+        status = self.cluster.get().get("status") or {}
+        return (status.get("maintenance") or {}).get("lastDefragmentation") or {}
 
     # -- a round ----------------------------------------------------------------------------------
     def run_round(self, index: int, kind: str) -> dict:
@@ -653,6 +715,8 @@ class Soak:
             self.note("scaled back", replicas=self.replicas, seconds=record["scale_back_s"])
         record["recovered"] = True
         record["events"] = self.events_since(record["started_at"])
+        # Before the history is compacted (auto-compaction, the next NOSPACE), not at the end.
+        self.workload.read_back(timeout=60)
         counts = self.history.counts()
         record["operations"] = {
             o: counts[o] - counts_before[o] for o in ("ok", "failed", "indeterminate")
@@ -713,13 +777,24 @@ class Soak:
     def finish(self, started_wall, stopped_early) -> dict:
         if self.workload is None:  # never started: nothing to read
             final = {"keys": 0, "unread": []}
-            readback = {"acknowledged": 0, "verified": 0, "lost": [], "unverified": []}
+            readback = {
+                "acknowledged": 0,
+                "verified": 0,
+                "lost": [],
+                "compacted": [],
+                "unverified": [],
+            }
         else:
             final = self.workload.final_reads()
             readback = self.workload.read_back()
         if final["unread"]:
             self.failures.append(f"final read of {len(final['unread'])} keys never answered")
-        self.note("read back", acknowledged=readback["acknowledged"], lost=len(readback["lost"]))
+        self.note(
+            "read back",
+            acknowledged=readback["acknowledged"],
+            lost=len(readback["lost"]),
+            compacted=len(readback["compacted"]),
+        )
         if readback["lost"]:
             self.failures.append(f"{len(readback['lost'])} acknowledged writes lost")
         if readback["unverified"]:
@@ -830,6 +905,9 @@ class Soak:
             "acknowledged_writes_read_back": readback["verified"],
             "lost_writes": readback["lost"],
             "unverified_writes": readback["unverified"],
+            # Compacted before they could be read back (writes during a NOSPACE fill): the
+            # history's check covers them, the read-back at their revision could not.
+            "compacted_writes": len(readback["compacted"]),
             "final_reads": final,
             "linearizable": verdict.get("linearizable"),
             "checker": verdict,
@@ -844,7 +922,8 @@ def summarize(report: dict) -> str:
         f"soak {'PASSED' if report['passed'] else 'FAILED'}: {report['rounds']} rounds "
         f"({report['rounds_recovered']} recovered) in {report['seconds']:.0f}s, "
         f"linearizable: {report['linearizable']}, acknowledged writes "
-        f"{report['acknowledged_writes']}, lost {len(report['lost_writes'])}",
+        f"{report['acknowledged_writes']}, lost {len(report['lost_writes'])}, compacted before "
+        f"read back {report['compacted_writes']}",
         f"operations: {report['operations']['ok']} ok, {report['operations']['failed']} failed, "
         f"{report['operations']['indeterminate']} indeterminate",
     ]

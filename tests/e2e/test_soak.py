@@ -50,7 +50,11 @@ def test_short_soak(etcd_cluster, tmp_path):
     where = f"report {tmp_path / 'soak.json'}, artifacts {report.get('artifacts')}"
     assert report["passed"], f"soak failed: {report['failures']}; {where}"
     assert report["lost_writes"] == [] and report["linearizable"] is True
-    assert report["acknowledged_writes"] == report["acknowledged_writes_read_back"] > 0
+    # Every acknowledged write read back at its revision, but those a NOSPACE round's
+    # compaction took first (the fill's window: a small part).
+    read_back, compacted = report["acknowledged_writes_read_back"], report["compacted_writes"]
+    assert report["acknowledged_writes"] == read_back + compacted and read_back > 0
+    assert compacted <= read_back // 10, f"{compacted} writes compacted before read back; {where}"
     assert report["rounds_recovered"] == report["rounds"]
     ran = {kind for kind, count in report["faults"].items() if count}
     assert ran == set(KINDS), f"rounds ran out of time: only {sorted(ran)}; {where}"
