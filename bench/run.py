@@ -1682,6 +1682,146 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
     )
 
 
+class HostUsage:
+    """What the whole machine did from its creation to each ``since()``: the share of CPU time
+    busy and waiting for the disk (/proc/stat), the MiB read and written on its disks
+    (/proc/diskstats) and the CPU seconds by command, to tell whether an operation waits on
+    CPU or on the disk, and whose CPU."""
+
+    def __init__(self):
+        self.cpu, self.disk, self.processes = self._cpu(), self._disk(), self._processes()
+
+    @staticmethod
+    def _processes() -> dict[tuple[int, str], float]:
+        """(pid, command) -> CPU seconds of it and of the children it waited for."""
+        out = {}
+        for stat in glob.glob("/proc/[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                text = Path(stat).read_text()
+                command = text[text.index("(") + 1 : text.rindex(")")]
+                fields = text.rsplit(")", 1)[1].split()
+                pid = int(stat.split("/")[2])
+                out[(pid, command)] = sum(int(x) for x in fields[11:15]) / TICKS
+        return out
+
+    @staticmethod
+    def _cpu() -> list[int]:
+        return [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+
+    @staticmethod
+    def _disk() -> tuple[int, int]:
+        """Sectors read and written on the physical disks (no loop, RAM, zram or dm devices)."""
+        disks = {
+            d.name
+            for d in Path("/sys/block").iterdir()
+            if not d.name.startswith(("loop", "ram", "zram", "dm-"))
+        }
+        read = written = 0
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            fields = line.split()
+            if fields[2] in disks:
+                read, written = read + int(fields[5]), written + int(fields[9])
+        return read, written
+
+    def since(self) -> dict:
+        cpu, (read, written), processes = self._cpu(), self._disk(), self._processes()
+        by_command: dict[str, float] = {}
+        for (pid, command), seconds in processes.items():
+            used = seconds - self.processes.get((pid, command), 0.0)
+            by_command[command] = by_command.get(command, 0.0) + used
+        spent = [now - then for now, then in zip(cpu, self.cpu, strict=True)]
+        total = sum(spent) or 1
+        return {
+            "cpu_busy_share": round((total - spent[3] - spent[4]) / total, 2),
+            "cpu_iowait_share": round(spent[4] / total, 2),
+            "disk_read_mib": round((read - self.disk[0]) * 512 / 2**20),
+            "disk_written_mib": round((written - self.disk[1]) * 512 / 2**20),
+            # Processes gone by now count in the parent that waited for them (a pod's in its
+            # node agent), those not waited for nowhere.
+            "cpu_seconds_by_command": {
+                command: round(seconds, 2)
+                for command, seconds in sorted(by_command.items(), key=lambda kv: -kv[1])[:10]
+            },
+        }
+
+
+class KubeWatch:
+    """Objects of one kind in a namespace as one watching kubectl last saw them (a kubectl per
+    look costs the 2 cores about 0.15 CPU-s each: polled every 0.2 s, it took more CPU than the
+    operator it was timing). ``on_update`` is called with each object as it comes."""
+
+    def __init__(self, kube: Kube, kind: str, namespace: str, *selectors: str, on_update=None):
+        self.objects: dict[str, dict] = {}
+        self.on_update = on_update
+        self.changed = threading.Condition()
+        self.process = subprocess.Popen(
+            [kube.binary, f"--kubeconfig={kube.kubeconfig}", "get", kind, "-n", namespace]
+            + list(selectors)
+            + ["--watch", "-o", "json"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        decoder, buffer = json.JSONDecoder(), ""
+        for line in self.process.stdout:
+            buffer += line
+            with contextlib.suppress(json.JSONDecodeError):
+                item, end = decoder.raw_decode(buffer.lstrip())
+                buffer = buffer.lstrip()[end:]
+                if self.on_update:
+                    self.on_update(item)
+                with self.changed:
+                    self.objects[item["metadata"]["name"]] = item
+                    self.changed.notify_all()
+
+    def wait_for(self, description: str, predicate, timeout: float):
+        """The first truthy ``predicate(objects)``; WaitTimeout after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while not (result := predicate(self.objects)):
+                left = deadline - time.monotonic()
+                if left <= 0 or self.process.poll() is not None:
+                    raise WaitTimeout(f"timed out waiting for {description}")
+                self.changed.wait(left)
+        return result
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+def restore_pod_steps(pods: dict[str, dict]) -> list[dict]:
+    """Per restore pod: its node, and when its ``fetch`` (download, SHA-256) and ``restore``
+    (etcdutl) containers started and finished, in whole seconds (what container statuses say)
+    from the first pod's creation."""
+
+    def at(stamp: str) -> datetime.datetime:
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+    if not pods:
+        return []
+    origin = min(at(p["metadata"]["creationTimestamp"]) for p in pods.values())
+    steps = []
+    for name in sorted(pods):
+        status = pods[name].get("status") or {}
+        step = {"pod": name, "node": pods[name]["spec"].get("nodeName")}
+        for container in (status.get("initContainerStatuses") or []) + (
+            status.get("containerStatuses") or []
+        ):
+            done = (container.get("state") or {}).get("terminated") or {}
+            if done.get("startedAt") and done.get("finishedAt"):
+                step[container["name"]] = [
+                    (at(done["startedAt"]) - origin).total_seconds(),
+                    (at(done["finishedAt"]) - origin).total_seconds(),
+                ]
+        steps.append(step)
+    return steps
+
+
 def baseline_restore_once(path: Path, workdir: Path, name: str) -> dict:
     """`etcdutl snapshot restore` of ``path`` into 3 data dirs, one after the other, with the
     member names and peer URLs a 3-member cluster ``name`` would have."""
@@ -1734,19 +1874,33 @@ def bench_restore(kube: Kube, runs: int) -> None:
                 "clusterTemplate": driver.manifest(3)["spec"],
             },
         }
-        started = time.monotonic()
-        timeline = Timeline(started)
+        pods = KubeWatch(kube, "pods", namespace, "-l", "app.kubernetes.io/name=etcd-restore")
+        timeline = Timeline(time.monotonic())
+        restores = KubeWatch(
+            kube,
+            RESTORES,
+            namespace,
+            f"--field-selector=metadata.name={name}",
+            on_update=lambda restore, timeline=timeline: timeline.note(restore.get("status") or {}),
+        )
 
-        def completed(name=name, timeline=timeline):
-            status = status_of(kube, RESTORES, name, namespace)
-            timeline.note(status)
+        def completed(objects, name=name):
+            status = (objects.get(name) or {}).get("status") or {}
             if status.get("phase") == "Failed":
                 raise RuntimeError(f"restore {name} failed: {status}")
             return status if status.get("phase") == "Completed" else None
 
+        time.sleep(1)  # the watches started (their CPU is not the restore's)
+        usage, started = HostUsage(), time.monotonic()
+        timeline.started = started
         kube.apply(manifest, namespace=namespace)
-        status = wait_until(f"restore {name} Completed", completed, 1200, interval=0.2)
+        try:
+            status = restores.wait_for(f"restore {name} Completed", completed, 1200)
+        finally:
+            restores.stop()
+            pods.stop()
         seconds = time.monotonic() - started
+        host = usage.since()
         restored = EtcdClusterDriver(kube, namespace, name=cluster)
         restored.wait_available(3, timeout=120)
         operator.append(
@@ -1756,6 +1910,8 @@ def bench_restore(kube: Kube, runs: int) -> None:
                 "revision": status.get("revision"),
                 "revision_equals_backup": status.get("revision") == LARGE["revision"],
                 "timeline": timeline.seen,
+                "pods": restore_pod_steps(pods.objects),
+                "host": host,
             }
         )
         print(f"EtcdRestore: {operator[-1]}", flush=True)
@@ -1766,6 +1922,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
             kube.run("delete", "pvc", *claims, "-n", namespace, "--ignore-not-found", check=False)
 
         path = workdir / "downloaded.db"
+        usage = HostUsage()
         started = time.monotonic()
         client.download_file(bucket, LARGE["key"], str(path))
         downloaded = time.monotonic() - started
@@ -1773,6 +1930,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
             {
                 **baseline_restore_once(path, workdir, cluster),
                 "download_seconds": round(downloaded, 2),
+                "host": usage.since(),
             }
         )
         path.unlink()

@@ -68,6 +68,14 @@ options:
   credentials_secret:
     description: Secret with the store's credentials, in I(namespace).
     type: str
+  checked_by_etcd:
+    description:
+      - The snapshot with I(sha256) already passed etcd's own integrity check (the EtcdBackup's
+        verification restored it). The restore pods then run C(snapshot restore) with
+        C(--skip-hash-check), since their fetch proves the bytes are the same; that saves
+        reading and hashing the snapshot once more per member. Ignored without I(sha256).
+    type: bool
+    default: false
   verify:
     description:
       - With C(restore_volumes), check the snapshot's bytes before creating anything.
@@ -355,6 +363,7 @@ class Restore:
                 object_url,
                 sha256,
                 self.p["credentials_secret"],
+                checked_by_etcd=self.p["checked_by_etcd"] and bool(sha256),
             )
             self._create(pod)
 
@@ -479,6 +488,7 @@ ARGUMENT_SPEC = {
     "settings": {"type": "dict", "default": {}},
     "object_url": {"type": "str"},
     "sha256": {"type": "str"},
+    "checked_by_etcd": {"type": "bool", "default": False},
     "credentials_secret": {"type": "str", "no_log": False},
     "verify": {"type": "bool", "default": True},
     "operator_image": {"type": "str"},

@@ -106,8 +106,9 @@ cluster_template:
 source:
   description:
     - C(object_url), C(sha256) (expected; null when unknown), C(credentials_secret),
-      C(backup_name), C(error) (null or C({reason, message})) and C(waiting) (a message while
-      the named backup has not completed).
+      C(backup_name), C(error) (null or C({reason, message})), C(waiting) (a message while
+      the named backup has not completed) and C(checked_by_etcd) (the backup's verification
+      already restored these very bytes with etcd's integrity check).
   type: dict
   returned: when it exists
 cluster:

@@ -45,10 +45,24 @@ def _condition(obj, kind):
     return next((c for c in conditions if c.get("type") == kind), {})
 
 
+def checked_by_etcd(backup, sha256):
+    """Whether etcd has already checked the integrity of the bytes with SHA-256 ``sha256``: the
+    EtcdBackup's verification (Verified True) restored them with ``snapshot restore``, which
+    checks the SHA-256 etcd appends to every snapshot it streams, after its fetch matched them
+    to the SHA-256 recorded at backup time. A restore pod whose fetch matches the same SHA-256
+    then has nothing left for that check to find (qk_restore_render: ``--skip-hash-check``)."""
+    if backup is None or not sha256:
+        return False
+    recorded = ((backup.get("status") or {}).get("sha256") or "").lower()
+    verified = _condition(backup, "Verified").get("status") == "True"
+    return verified and recorded == sha256.lower()
+
+
 def resolve_source(restore, backup=None, parse_url=None):
     """Where the snapshot is: ``{object_url, sha256, credentials_secret, backup_name, error,
-    waiting}``. ``error`` is None or ``{reason, message}``; ``waiting`` is a message while the
-    named EtcdBackup has not completed yet.
+    waiting, checked_by_etcd}``. ``error`` is None or ``{reason, message}``; ``waiting`` is a
+    message while the named EtcdBackup has not completed yet; ``checked_by_etcd`` whether the
+    backup's verification already proved these bytes with etcd's own check.
 
     Once a restore has started (phase Restoring) the URL and SHA-256 it recorded are used, so
     that a backup deleted or replaced meanwhile changes nothing. ``parse_url`` checks a URL
@@ -65,12 +79,18 @@ def resolve_source(restore, backup=None, parse_url=None):
         "backup_name": name,
         "error": None,
         "waiting": None,
+        "checked_by_etcd": False,
     }
     if backup is not None and not source["credentials_secret"]:
         destination = (backup.get("spec") or {}).get("destination") or {}
         source["credentials_secret"] = destination.get("credentialsSecret")
     if status.get("phase") == "Restoring" and status.get("objectURL"):
-        source.update(object_url=status["objectURL"], sha256=status.get("sha256"))
+        sha256 = status.get("sha256")
+        source.update(
+            object_url=status["objectURL"],
+            sha256=sha256,
+            checked_by_etcd=checked_by_etcd(backup, sha256),
+        )
         return source
     if name:
         what = f"EtcdBackup {namespace}/{name} (spec.source.backupName)"
@@ -98,7 +118,12 @@ def resolve_source(restore, backup=None, parse_url=None):
                 f"{verified.get('message') or 'no reason given'}",
             }
             return source
-        source.update(object_url=backup_status["objectURL"], sha256=backup_status.get("sha256"))
+        sha256 = backup_status.get("sha256")
+        source.update(
+            object_url=backup_status["objectURL"],
+            sha256=sha256,
+            checked_by_etcd=checked_by_etcd(backup, sha256),
+        )
     else:
         source["object_url"] = spec.get("objectURL")
     if parse_url is not None:

@@ -1,7 +1,8 @@
-"""The verification pod's steps, run exactly as rendered (qk_verify.render_pod) but as host
-processes with real etcd 3.4/3.5/3.6 binaries and a real S3 server (moto): the command lines of
-every container are checked against each etcd version without a Kubernetes cluster. The e2e
-tests run the same pod on the local cluster."""
+"""The verification pod's steps (qk_verify.render_pod) and a restore pod's
+(qk_restore_render.render_restore_pod), run exactly as rendered but as host processes with real
+etcd 3.4/3.5/3.6 binaries and a real S3 server (moto): the command lines of every container are
+checked against each etcd version without a Kubernetes cluster. The e2e tests run the same pods
+on the local cluster."""
 
 from __future__ import annotations
 
@@ -12,12 +13,20 @@ import sys
 import time
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.filter.etcd import etcd_peer_member
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection import (
     ConnectionProfile,
     etcd_client,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     container_failure,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import etcd_cluster_plan
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe import (
+    resolve_source,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_render import (
+    render_restore_pod,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import (
     container_failed,
@@ -71,9 +80,10 @@ class LocalPod:
         creds.mkdir()
         for key, value in CREDENTIALS.items():
             (creds / key).write_text(value)
-        for volume in ("snapshot", "scratch"):
+        for volume in ("snapshot", "scratch", "data"):
             (tmp_path / volume).mkdir()
         self.paths = {
+            "/var/lib/etcd": str(tmp_path / "data"),
             "/var/run/secrets/quorumkeeper/store": str(creds),
             "/opt/ansible/collections": str(etcdharness.REPO / "collections"),
             "/usr/local/bin": str(self.bin_dir),
@@ -109,10 +119,11 @@ class LocalPod:
         )
         return env
 
-    def run_init(self):
-        """Run the init containers in order; the pod as its status would show them."""
+    def run_init(self, containers=None):
+        """Run the init containers (or ``containers``) in order; the pod as its status would
+        show them."""
         statuses = []
-        for container in self.pod["spec"]["initContainers"]:
+        for container in containers or self.pod["spec"]["initContainers"]:
             done = subprocess.run(
                 self.argv(container),
                 env=self.env(container),
@@ -256,3 +267,79 @@ def test_fetch_step_refuses_bytes_other_than_the_recorded_ones(
     )
     assert verdict["reason"] == "SHA256Mismatch"
     assert "0" * 64 in verdict["message"]
+
+
+def test_restore_pod_steps_skip_etcds_hash_for_a_verified_backup_and_restore_it(
+    etcd_factory, etcd_version, run_module, s3, s3_endpoint, tmp_path
+):
+    """A restore from a Verified backup runs ``snapshot restore --skip-hash-check`` (its fetch
+    holds the bytes to the verified SHA-256): the member's data dir is still the snapshot, its
+    integrity hash cut off as without the flag, on every etcd version."""
+    cluster = etcd_factory(1)
+    with etcd_client(ConnectionProfile(cluster.running_endpoints(), timeout=5)) as client:
+        for i in range(30):
+            client.put(f"/data/{i:03d}", f"value-{i}")
+    res, backup = take_backup(run_module, cluster, s3_endpoint, f"restore-{etcd_version}.db")
+    backup["status"]["conditions"] = [{"type": "Verified", "status": "True", "reason": "Verified"}]
+    template = {
+        "replicas": 1,
+        "version": etcd_version,
+        "storage": {"volumeClaimTemplate": {"resources": {"requests": {"storage": "128Mi"}}}},
+    }
+    restore = {
+        "apiVersion": "etcd.quorumkeeper.dev/v1alpha1",
+        "kind": "EtcdRestore",
+        "metadata": {"name": "r", "namespace": "ns", "uid": "0123456789abcdef"},
+        "spec": {"source": {"backupName": "b"}, "clusterName": "c", "clusterTemplate": template},
+    }
+    source = resolve_source(restore, backup)
+    assert source["checked_by_etcd"] and source["sha256"] == res["sha256"]
+    initial = etcd_cluster_plan({"cluster": "c", "replicas": 1, "peers": [], "etcd": {}})[
+        "initial_cluster"
+    ]
+    naming = {"cluster": "c", "namespace": "ns", "domain": "cluster.local", "repository": "etcd"}
+    member = etcd_peer_member(initial[0], template, "New", initial, naming)
+    pod = render_restore_pod(
+        restore,
+        member["name"],
+        member["spec"],
+        {"client_port": 2379, "peer_port": 2380},
+        "operator-image",
+        source["object_url"],
+        source["sha256"],
+        "creds",
+        checked_by_etcd=source["checked_by_etcd"],
+    )
+    (restore_container,) = pod["spec"]["containers"]
+    assert "--skip-hash-check" in restore_container["command"]
+    (tmp_path / "pod").mkdir()
+    local = LocalPod(pod, etcd_version, tmp_path / "pod", etcdharness.free_port())
+    state = local.run_init(pod["spec"]["initContainers"] + pod["spec"]["containers"])
+    assert container_failure(state) is None, local.logs
+
+    data_dir = tmp_path / "pod" / "data" / "data"
+    database = data_dir / "member" / "snap" / "db"
+    assert database.stat().st_size % 512 == 0  # the 32-byte integrity hash was cut off
+    endpoint = f"http://127.0.0.1:{local.client_port}"
+    log = open(tmp_path / "restored.log", "wb")  # noqa: SIM115 - closed with the process
+    restored = subprocess.Popen(
+        [
+            str(etcdharness.etcd_binary(etcd_version)),
+            f"--name={member['name']}",
+            f"--data-dir={data_dir}",
+            f"--listen-client-urls={endpoint}",
+            f"--advertise-client-urls={endpoint}",
+            f"--listen-peer-urls=http://127.0.0.1:{etcdharness.free_port()}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    log.close()
+    try:
+        now, at_recorded = served(endpoint, res["revision"])
+        assert now["keys"] == at_recorded == 30
+        with etcd_client(ConnectionProfile([endpoint], timeout=5)) as client:
+            assert client.get("/data/029") == b"value-29"
+    finally:
+        restored.kill()
+        restored.wait(10)

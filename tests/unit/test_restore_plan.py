@@ -17,6 +17,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore impor
     plan_restore,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe import (
+    checked_by_etcd,
     resolve_source,
     summarize_cluster,
     summarize_restore_pod,
@@ -517,6 +518,49 @@ def test_restore_pod_restores_with_the_members_own_flags():
     assert "etcd.quorumkeeper.dev/cluster" not in meta["labels"]
     assert meta["ownerReferences"][0]["uid"] == UID
     assert meta["ownerReferences"][0]["kind"] == "EtcdRestore"
+
+
+def test_etcd_hashes_the_snapshot_again_unless_it_checked_these_very_bytes():
+    member = members()[1]
+
+    def command(sha256, checked_by_etcd):
+        pod_obj = render_restore_pod(
+            restore_obj(),
+            "c-1",
+            member["spec"],
+            SETTINGS,
+            IMAGE,
+            URL,
+            sha256,
+            None,
+            checked_by_etcd,
+        )
+        return pod_obj["spec"]["containers"][0]["command"]
+
+    assert "--skip-hash-check" not in command(SHA, False)
+    assert "--skip-hash-check" in command(SHA, True)
+    # Without a SHA-256 for the fetch to enforce, the bytes could be any: etcd checks them.
+    assert "--skip-hash-check" not in command(None, True)
+
+
+def test_a_backup_verified_for_the_same_bytes_has_been_checked_by_etcd():
+    backup = backup_obj()
+    restore = restore_obj({"backupName": "nightly"})
+    assert resolve_source(restore, backup)["checked_by_etcd"] is False  # not verified yet
+    verified = {"type": "Verified", "status": "True", "reason": "Verified", "message": "ok"}
+    backup["status"]["conditions"] = [verified]
+    assert resolve_source(restore, backup)["checked_by_etcd"] is True
+    assert checked_by_etcd(backup, SHA.upper()) is True
+    # Other bytes, no SHA-256 to hold the fetch to, no backup: etcd checks them itself.
+    assert checked_by_etcd(backup, "0" * 64) is False
+    assert checked_by_etcd(backup, None) is False
+    assert resolve_source(restore_obj({"objectURL": URL}))["checked_by_etcd"] is False
+    # Once restoring, the SHA-256 the restore recorded is the one compared.
+    restoring = restore_obj({"backupName": "nightly"})
+    restoring["status"] = {"phase": "Restoring", "objectURL": URL, "sha256": "0" * 64}
+    assert resolve_source(restoring, backup)["checked_by_etcd"] is False
+    restoring["status"]["sha256"] = SHA
+    assert resolve_source(restoring, backup)["checked_by_etcd"] is True
 
 
 def test_etcd_34_restores_with_etcdctl():
