@@ -139,7 +139,11 @@ def test_stop_and_start_node(state):
         "import time, sys; print('agent up', flush=True); time.sleep(300)",
     ]
     (node / "agent.cmdline").write_text(json.dumps(argv))
-    agent = spawn(argv)
+    # Popen returns once exec closed its close-on-exec pipe, a moment before the kernel sets
+    # the new program's argv: /proc/PID/cmdline can still read empty, which node_running takes
+    # for another program (a loaded CI machine showed it). Once it has printed, it is set.
+    agent = spawn(argv, stdout=subprocess.PIPE, text=True)
+    assert agent.stdout.readline().strip() == "agent up"
     (node / "agent.pid").write_text(str(agent.pid))
     assert faults.node_running("node-1", state=root)
     assert faults.stop_node("node-1", state=root) is True
@@ -149,11 +153,11 @@ def test_stop_and_start_node(state):
     pid = faults.start_node("node-1", state=root)
     try:
         assert int((node / "agent.pid").read_text()) == pid
-        assert faults.start_node("node-1", state=root) == pid  # idempotent
         deadline = time.monotonic() + 5
         while "agent up" not in (node / "agent.log").read_text() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "agent up" in (node / "agent.log").read_text()
+        assert faults.start_node("node-1", state=root) == pid  # idempotent
         assert faults.stop_node("node-1", state=root) is True
         assert not _alive(pid)
     finally:
