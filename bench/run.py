@@ -1747,8 +1747,9 @@ class HostUsage:
 
 class KubeWatch:
     """Objects of one kind in a namespace as one watching kubectl last saw them (a kubectl per
-    look costs the 2 cores about 0.15 CPU-s each: polled every 0.2 s, it took more CPU than the
-    operator it was timing). ``on_update`` is called with each object as it comes."""
+    look costs about 0.15 CPU-s: polled every 0.2 s on 2 cores, it took CPU from the restore it
+    was timing, 15.8 s against 14.5 s watched). ``on_update`` is called with each object as it
+    comes."""
 
     def __init__(self, kube: Kube, kind: str, namespace: str, *selectors: str, on_update=None):
         self.objects: dict[str, dict] = {}

@@ -363,7 +363,7 @@ class Restore:
                 object_url,
                 sha256,
                 self.p["credentials_secret"],
-                checked_by_etcd=self.p["checked_by_etcd"] and bool(sha256),
+                checked_by_etcd=self.p["checked_by_etcd"],
             )
             self._create(pod)
 
