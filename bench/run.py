@@ -207,15 +207,19 @@ def process_group(pid: int) -> list[int]:
     return members or [pid]
 
 
+def stat_cpu_seconds(stat: str) -> float:
+    """CPU seconds in a /proc/PID/stat text: the process's, and its waited-for children's."""
+    return sum(int(x) for x in stat.rsplit(")", 1)[1].split()[11:15]) / TICKS
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU time of the process group of ``pid`` and of every child its processes have waited
     for (for the operator: ansible-operator, the warm-start server, all of ansible's work)."""
-    total = 0
+    total = 0.0
     for member in process_group(pid):
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
-            total += sum(int(x) for x in fields[11:15])
-    return total / TICKS
+            total += stat_cpu_seconds(Path(f"/proc/{member}/stat").read_text())
+    return total
 
 
 def process_tree(pid: int) -> list[int]:
@@ -1712,9 +1716,7 @@ class HostUsage:
             with contextlib.suppress(OSError, IndexError, ValueError):
                 text = Path(stat).read_text()
                 command = text[text.index("(") + 1 : text.rindex(")")]
-                fields = text.rsplit(")", 1)[1].split()
-                pid = int(stat.split("/")[2])
-                out[(pid, command)] = sum(int(x) for x in fields[11:15]) / TICKS
+                out[(int(stat.split("/")[2]), command)] = stat_cpu_seconds(text)
         return out
 
     @staticmethod

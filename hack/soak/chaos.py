@@ -56,6 +56,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
     ConnectionProfile,
     etcd_client,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_maintenance import (  # noqa: E402
+    last_defragmentation,
+)
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes import config as k8s_config  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
@@ -250,6 +253,12 @@ class Cluster:
         return sorted(out, key=lambda e: e["time"])
 
 
+def member_endpoints(ips: dict[str, str | None]) -> list[str]:
+    """etcd's client URLs at the members' pod IPs (the members advertise cluster DNS names,
+    which this host does not resolve), in peer order."""
+    return [f"http://{ip}:2379" for _, ip in sorted(ips.items()) if ip]
+
+
 def wall_clock() -> str:
     """Now, as the Events' timestamps are written (UTC, whole seconds), to compare with them."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -358,11 +367,8 @@ class Soak:
         """What etcd itself says, through the members' pod IPs (the members advertise cluster DNS
         names, which this host does not resolve; and the client Service may pick a learner,
         which refuses the member list)."""
-        ips = {
-            peer: pod.get("status", {}).get("podIP")
-            for peer, pod in self.cluster.live_pods().items()
-        }
-        endpoints = [f"http://{ip}:2379" for _, ip in sorted(ips.items()) if ip]
+        ips = self.member_ips()
+        endpoints = member_endpoints(ips)
         if not endpoints:
             return ["no member pod has an IP"]
         with etcd_client(ConnectionProfile(endpoints, timeout=2)) as etcd:
@@ -666,8 +672,7 @@ class Soak:
             last = self._last_defragmentation()
             if last.get("reason") != "NOSPACE" or last.get("at") == before:
                 return ["no NOSPACE recovery in status.maintenance.lastDefragmentation"]
-            ips = [p.get("status", {}).get("podIP") for p in self.cluster.live_pods().values()]
-            endpoints = [f"http://{ip}:2379" for ip in ips if ip]
+            endpoints = member_endpoints(self.member_ips())
             with etcd_client(ConnectionProfile(endpoints, timeout=2)) as etcd:
                 try:
                     if alarms := etcd.alarms():
@@ -680,8 +685,14 @@ class Soak:
         return evidence
 
     def _last_defragmentation(self) -> dict:
-        status = self.cluster.get().get("status") or {}
-        return (status.get("maintenance") or {}).get("lastDefragmentation") or {}
+        return last_defragmentation(self.cluster.get().get("status"))
+
+    def member_ips(self) -> dict[str, str | None]:
+        """peer -> the pod IP of its live pod."""
+        return {
+            peer: pod.get("status", {}).get("podIP")
+            for peer, pod in self.cluster.live_pods().items()
+        }
 
     # -- a round ----------------------------------------------------------------------------------
     def run_round(self, index: int, kind: str) -> dict:
