@@ -292,6 +292,14 @@ def start_node(node: str, state=None) -> int:
     component_pid = d.parent / f"nodeagent-{node}" / "pid"
     if component_pid.exists():
         component_pid.write_text(str(proc.pid))
+    # Popen returns once exec closed its close-on-exec pipe, a moment before the kernel sets the
+    # new program's argv: until then /proc/PID/cmdline reads empty and the agent looks like
+    # another program (node_running False, a second start_node starting a second agent).
+    deadline = time.monotonic() + 5
+    while _argv0(proc.pid) != str(argv[0]) and proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise FaultError(f"node {node!r}: the agent started but never showed its argv")
+        time.sleep(0.01)
     return proc.pid
 
 
