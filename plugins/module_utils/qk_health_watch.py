@@ -5,7 +5,7 @@
 Why: etcd can stop doing work without anything Kubernetes sees. A NOSPACE or CORRUPT alarm, a
 member that lost its leader, a member that hangs with its port still open: the pods stay Ready
 and nothing wakes the EtcdCluster's reconcile, which looks at a steady cluster only every
-5 minutes. Status would say Available while etcd refuses writes.
+10 minutes. Status would say Available while etcd refuses writes.
 
 What: a small process beside ansible-operator (a second container of the operator's pod) asks
 every member of every cluster whose status says Available for etcd's ``/health`` every few

@@ -350,7 +350,7 @@ def replace_stale_peer(ctx: PlanContext) -> Step | None:
 
 # The role's steady requeue period (etcdcluster_requeue_periods.steady): a scheduled
 # defragmentation due sooner is counted down to instead.
-STEADY_SECONDS = 300
+STEADY_SECONDS = 600
 
 
 def cluster_ready(ctx: PlanContext) -> Step:

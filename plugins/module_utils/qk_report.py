@@ -80,7 +80,7 @@ ALARM_PROBLEMS = {
 }
 MISSING_POD_GRACE_SECONDS = 30
 # A cluster this close to its quota, or out of space this recently, is looked at every
-# `degraded` period (30 s) instead of every `steady` one (5 min): see _space_pressure.
+# `degraded` period (30 s) instead of every `steady` one (10 min): see _space_pressure.
 SPACE_WATCH_PERCENT = 50
 SPACE_WATCH_SECONDS = 600
 VOLUME_WATCH_PERCENT = 80
@@ -334,7 +334,7 @@ def _volume_size(peers: list[dict], pvcs: dict) -> str:
 
 
 def _space_pressure(status: dict, current: dict, now: str | None) -> bool:
-    """Whether etcd may run out of space before the steady period (5 min) brings the next
+    """Whether etcd may run out of space before the steady period (10 min) brings the next
     look: etcd raises NOSPACE (or stops on a full disk) without anything Kubernetes sees. True
     for a database past SPACE_WATCH_PERCENT of its quota, a member past VOLUME_WATCH_PERCENT
     of its volume, or a cluster that ran out of space in the last SPACE_WATCH_SECONDS (its
