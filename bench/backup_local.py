@@ -39,6 +39,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # kubehelpers, which the harnesses import
 sys.path.insert(0, str(ROOT / "tests" / "modules"))
 
 import minioharness  # noqa: E402

@@ -18,12 +18,18 @@ Operator (medians over --runs, every sample in the result file):
 - operator_under_load: the same while a client writes 10 puts/s through a client Service (to
   another cluster during the create, to the cluster being scaled during the scales).
 - recovery: a member's etcd killed -> that member healthy in etcd again.
+- member_replacement: a member's pod and PVC deleted together -> Available with 3 healthy
+  voters, the lost one a new etcd member (watched; the cluster settled 8 s between runs).
 - detection: a member killed / its pod deleted / its PVC deleted -> the EtcdCluster's status
   shows it (restart count, new pod, replacement under way).
 - burst: 10 clusters of 3 created at once -> all Available.
 - idle: 10 healthy clusters of 3: the operator's CPU (its process and all it ran) averaged over
   5 minutes, and its memory (process tree RSS, sampled every second); the health watch's CPU
   and memory beside it.
+- fleet: 20 healthy clusters of 3 and the operator's pod deleted (--runs times): seconds until
+  the new pod has reconciled every EtcdCluster and EtcdPeer once (its log, read as written), its
+  CPU by then, members touched (pod UID, restarts, etcd IDs); then 50 clusters and the
+  operator's CPU over 10 minutes of nothing.
 - backup: EtcdBackups of a cluster holding 8, then 96 MiB, to an S3 server (moto) -> Completed,
   and the operator's memory meanwhile (the snapshot is streamed, so it must not grow with it).
 - backup_1gib: a cluster of 3 holding 1 GiB (--backup-mib) in 1 MiB values: an EtcdBackup to
@@ -31,7 +37,7 @@ Operator (medians over --runs, every sample in the result file):
   against `etcdctl snapshot save` of the same member + boto3's upload_file in the same run.
 - restore: an EtcdRestore of that backup into a new cluster of 3 -> Completed, against
   `etcdutl snapshot restore` of the same object into 3 data dirs on the host (alone, it makes
-  the backup first).
+  the backup first); each run of either starts with the page cache written out and dropped.
 - upgrade: a rolling upgrade of 3 members, 3.5.35 -> 3.6.16, while one client writes through the
   client Service retrying each write for up to 1 s: the share of writes acknowledged, and the
   acknowledged writes not read back afterwards (issue 8).
@@ -602,6 +608,73 @@ def bench_recovery(kube: Kube, runs: int) -> None:
     record("operator_member_recovery", samples, "<= 10 s (issue 6)")
 
 
+def bench_member_replacement(kube: Kube, runs: int, settle: float = 8.0) -> None:
+    """A member's pod and PVC deleted together (its data gone) -> the EtcdCluster Available
+    with 3 healthy voters, the lost one a new member (same name, new etcd ID). Watched, not
+    polled; the cluster settles ``settle`` seconds between runs, past etcd's 5 s window after
+    a membership change."""
+    deploy_operator(kube)
+    driver = new_driver(kube)
+    driver.create(3)
+    driver.wait_available(3, timeout=300)
+    samples, steps = [], []
+    for i in range(runs):
+        time.sleep(settle)
+        victim = f"{driver.name}-{i % 3}"
+        old_id = driver.member(victim)["id"]
+        pod = driver.pod_of(victim)["metadata"]["name"]
+        timeline = Timeline(time.monotonic())
+
+        def replaced(objects, victim=victim, old_id=old_id, timeline=timeline):
+            cluster = objects.get(driver.name) or {}
+            status = cluster.get("status") or {}
+            members = {m["name"]: m for m in status.get("members") or []}
+            conditions = {c["type"]: c for c in status.get("conditions") or []}
+            available = conditions.get("Available", {}).get("status")
+            progressing = conditions.get("Progressing", {}).get("reason") or "-"
+            timeline.seen.append(
+                (
+                    round(time.monotonic() - timeline.started, 2),
+                    f"Available={available}/{progressing}/{len(members)}",
+                )
+            )
+            return (
+                available == "True"
+                and len(members) == 3
+                and all(m["healthy"] and not m["isLearner"] for m in members.values())
+                and victim in members
+                and members[victim]["id"] != old_id
+            )
+
+        watch = KubeWatch(
+            kube, CLUSTERS, driver.namespace, f"--field-selector=metadata.name={driver.name}"
+        )
+        try:
+            watch.wait_for("the watch's first answer", lambda objects: objects, 30)
+            started = time.monotonic()
+            timeline.started = started
+            driver.kube(
+                "delete", f"pvc/{victim}", f"pod/{pod}", "-n", driver.namespace, "--wait=false"
+            )
+            watch.wait_for(f"{victim} replaced by a new member", replaced, 180)
+            samples.append(time.monotonic() - started)
+        finally:
+            watch.stop()
+        # Consecutive duplicates dropped: what the status said, in order, with when.
+        steps.append(
+            [s for n, s in enumerate(timeline.seen) if n == 0 or s[1] != timeline.seen[n - 1][1]]
+        )
+        print(f"member {victim} replaced in {samples[-1]:.2f}s", flush=True)
+    drop_namespace(kube, driver.namespace)
+    record(
+        "operator_member_replacement",
+        samples,
+        "pod + PVC lost -> Available with a new member <= 6 s (issue 20)",
+        settle_seconds=settle,
+        status_seen=steps,
+    )
+
+
 def member_recovered(driver, etcdctl: str, endpoint: str, restarts_before: int) -> float:
     """The moment the killed member (restarted) answers as a healthy member of its cluster."""
 
@@ -789,6 +862,235 @@ def idle_cost(kube: Kube, seconds: float, monitoring: bool = False) -> dict:
         result["exporter_scrapes_failed"] = scraper.failed
         result["exporter_series"] = scraper.series
     return result
+
+
+class FleetDriver(EtcdClusterDriver):
+    """A cluster of a fleet: a 10m CPU request, so that 150 members fit the local nodes'
+    12 allocatable cores (the fleet measures the operator, not the scheduler)."""
+
+    def manifest(self, replicas: int) -> dict:
+        manifest = super().manifest(replicas)
+        manifest["spec"]["podTemplate"]["resources"]["requests"]["cpu"] = "10m"
+        return manifest
+
+
+def create_fleet(kube: Kube, drivers: list, batch: int = 10) -> float:
+    """Create the clusters ``batch`` at a time, each batch Available before the next; seconds."""
+    started = time.monotonic()
+    for first in range(0, len(drivers), batch):
+        for driver in drivers[first : first + batch]:
+            driver.create(3)
+        for driver in drivers[first : first + batch]:
+            driver.wait_available(3, timeout=600)
+    return time.monotonic() - started
+
+
+def fleet_fingerprint(kube: Kube, drivers: list) -> dict:
+    """What touching a member would change: each member pod's UID and restart count, each
+    cluster's etcd member IDs."""
+    namespaces = {d.namespace for d in drivers}
+    pods = json.loads(kube("get", "pods", "-A", "-l", "etcd.quorumkeeper.dev/peer", "-o", "json"))[
+        "items"
+    ]
+    members = {
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}": (
+            p["metadata"]["uid"],
+            sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses") or []),
+        )
+        for p in pods
+        if p["metadata"]["namespace"] in namespaces
+    }
+    ids = {
+        f"{d.namespace}/{d.name}": sorted(m["id"] for m in d.get()["status"]["members"])
+        for d in drivers
+    }
+    return {"pods": members, "member_ids": ids}
+
+
+def operator_restart(kube: Kube, drivers: list, timeout: float = 180) -> dict:
+    """Delete the operator's pod; seconds until the new one has reconciled every EtcdCluster
+    of ``drivers`` (and every EtcdPeer) once, read from its log as it is written, and its
+    CPU-seconds by then; whether any member was touched."""
+    before = fleet_fingerprint(kube, drivers)
+    namespace = "quorumkeeper-system"
+    old_pid = operator_pid()
+    old = kube.get("pods", namespace=namespace, selector="control-plane=controller-manager")
+    old_names = {p["metadata"]["name"] for p in old["items"]}
+    pods = KubeWatch(kube, "pods", namespace, "--selector=control-plane=controller-manager")
+    clusters = {(d.namespace, d.name) for d in drivers}
+    peers = {(d.namespace, f"{d.name}-{i}") for d in drivers for i in range(3)}
+    seen: dict[tuple, float] = {}
+    failed: list[str] = []
+    try:
+        pods.wait_for("the operator pod", lambda objects: objects, 30)
+        started = time.monotonic()
+        kube("delete", "pod", *old_names, "-n", namespace, "--wait=false")
+
+        def new_pod_running(objects):
+            return next(
+                (
+                    name
+                    for name, pod in objects.items()
+                    if name not in old_names
+                    and any(
+                        (c.get("state") or {}).get("running")
+                        for c in (pod.get("status") or {}).get("containerStatuses") or []
+                    )
+                ),
+                None,
+            )
+
+        new_pod = pods.wait_for("a new operator pod running", new_pod_running, 120)
+        pod_running = time.monotonic() - started
+    finally:
+        pods.stop()
+    log = subprocess.Popen(
+        [
+            kube.binary,
+            f"--kubeconfig={kube.kubeconfig}",
+            "logs",
+            "-f",
+            "-n",
+            namespace,
+            new_pod,
+            "-c",
+            "manager",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    first_leader = None
+    watchdog = threading.Timer(timeout, log.terminate)  # a silent log ends the wait too
+    watchdog.start()
+    try:
+        deadline = time.monotonic() + timeout
+        for line in log.stdout:
+            now = time.monotonic() - started
+            if first_leader is None and "successfully acquired lease" in line:
+                first_leader = now
+            if '"logger":"runner"' not in line:
+                continue
+            with contextlib.suppress(ValueError):
+                entry = json.loads(line)
+                key = (entry.get("namespace"), entry.get("name"))
+                if key in clusters | peers and key not in seen:
+                    if entry.get("msg") == "Ansible-runner exited successfully":
+                        seen[key] = round(now, 2)
+                    else:
+                        failed.append(line.strip()[:300])
+            if clusters | peers <= seen.keys() or time.monotonic() > deadline:
+                break
+    finally:
+        watchdog.cancel()
+        log.terminate()
+        log.wait(timeout=10)
+    missing = sorted(f"{ns}/{name}" for ns, name in (clusters | peers) - seen.keys())
+    if missing:
+        raise RuntimeError(f"not reconciled within {timeout}s of the restart: {missing[:10]}")
+    new_pid = operator_pid()
+    assert new_pid != old_pid, "the operator process did not change"
+    after = fleet_fingerprint(kube, drivers)
+    touched = sorted(
+        k for k in before["pods"] if before["pods"][k] != after["pods"].get(k)
+    ) + sorted(k for k in before["member_ids"] if before["member_ids"][k] != after["member_ids"][k])
+    cluster_times = sorted(seen[k] for k in clusters)
+    return {
+        "clusters": len(clusters),
+        "seconds_to_new_pod_running": round(pod_running, 2),
+        "seconds_to_leader": first_leader and round(first_leader, 2),
+        "seconds_to_first_cluster": cluster_times[0],
+        "seconds_to_all_clusters": cluster_times[-1],
+        "seconds_to_all_peers": max(seen[k] for k in peers),
+        "operator_cpu_seconds": round(cpu_seconds(new_pid), 2),
+        "members_touched": touched,
+        "failed_runs": failed,
+    }
+
+
+def bench_fleet(
+    kube: Kube,
+    runs: int,
+    restart_clusters: int = 20,
+    idle_clusters: int = 50,
+    idle_seconds: float = 600,
+) -> None:
+    """Issue 20's fleet goals on one operator: ``restart_clusters`` healthy clusters, the
+    operator restarted ``runs`` times (each: every cluster re-observed, no member touched);
+    then ``idle_clusters`` healthy clusters and the operator's CPU over ``idle_seconds``."""
+    deploy_operator(kube)
+    drivers = [FleetDriver(kube, fresh_namespace(kube), name=f"f{i}") for i in range(idle_clusters)]
+
+    def cleanup():
+        kube.run(
+            "delete",
+            "namespace",
+            *(d.namespace for d in drivers),
+            "--wait=true",
+            check=False,
+            timeout=900,
+        )
+
+    CLEANUPS.append(cleanup)
+    created = {"first": create_fleet(kube, drivers[:restart_clusters])}
+    time.sleep(30)  # the reconciles woken by the last members becoming ready
+    restarts = []
+    for _ in range(runs):
+        restarts.append(operator_restart(kube, drivers[:restart_clusters]))
+        print(f"operator restart, {restart_clusters} clusters: {restarts[-1]}", flush=True)
+        time.sleep(20)
+    created["rest"] = create_fleet(kube, drivers[restart_clusters:])
+    time.sleep(60)
+    pid, watch_pid = operator_pid(), health_watch_pid()
+    host = HostUsage()
+    with Sampler(pid, interval=5) as sampler:
+        before, watch_before, started = cpu_seconds(pid), cpu_seconds(watch_pid), time.monotonic()
+        time.sleep(idle_seconds)
+        used, elapsed = cpu_seconds(pid) - before, time.monotonic() - started
+        watch_used = cpu_seconds(watch_pid) - watch_before
+    host = host.since()
+    cleanup()
+    CLEANUPS.remove(cleanup)
+
+    def median(field):
+        return round(statistics.median(r[field] for r in restarts), 2)
+
+    result = {
+        "name": "operator_fleet",
+        "restart": {
+            "what": f"{restart_clusters} healthy 3-member clusters; the operator's pod deleted: "
+            "seconds until its new pod has reconciled every EtcdCluster (and EtcdPeer) once "
+            "(its log, read as written), its CPU by then, members whose pod or etcd ID changed",
+            "goal": f"all {restart_clusters} re-observed within 60 s without touching a member "
+            "(issue 20)",
+            "median_seconds_to_all_clusters": median("seconds_to_all_clusters"),
+            "median_operator_cpu_seconds": median("operator_cpu_seconds"),
+            "members_touched": sum(len(r["members_touched"]) for r in restarts),
+            "runs": restarts,
+        },
+        "idle": {
+            "what": f"{idle_clusters} healthy 3-member clusters, {idle_seconds:.0f} s of nothing",
+            "goal": "<= 0.05 core (issue 20)",
+            "seconds": round(elapsed, 1),
+            "cpu_seconds": round(used, 2),
+            "cores": round(used / elapsed, 4),
+            "pss_mib_max": round(max(sampler.samples), 1),
+            "pss_mib_mean": round(statistics.mean(sampler.samples), 1),
+            "health_watch_cores": round(watch_used / elapsed, 4),
+            "host": host,
+        },
+        "create_seconds": {k: round(v, 1) for k, v in created.items()},
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()} cpus={os.cpu_count()}",
+    }
+    write("operator_fleet", result)
+    print(
+        f"operator_fleet: restart of {restart_clusters}: all re-observed in "
+        f"{result['restart']['median_seconds_to_all_clusters']} s (median of {runs}), "
+        f"{result['restart']['members_touched']} members touched; {idle_clusters} idle: "
+        f"{result['idle']['cores']} core",
+        flush=True,
+    )
 
 
 def bench_idle(kube: Kube, runs: int, seconds: float = 300) -> None:
@@ -1359,27 +1661,6 @@ class Timeline:
             self.seen.append((round(time.monotonic() - self.started, 2), state))
 
 
-class KeyWatcher(Poller):
-    """Lists a prefix of the bucket from the host every 0.25 s: when the backup's staging object
-    (its multipart upload completed) and its final key (the server-side copy done) appear."""
-
-    errors = (Exception,)  # the store's answer, whatever it is, is looked at again 0.25 s later
-
-    def __init__(self, client, bucket: str, prefix: str, started: float):
-        super().__init__(0.25)
-        self.client, self.bucket, self.prefix, self.started = client, bucket, prefix, started
-        self.staged = self.final = None
-
-    def sample(self):
-        listed = self.client.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix)
-        keys = [o["Key"] for o in listed.get("Contents", [])]
-        now = round(time.monotonic() - self.started, 2)
-        if self.staged is None and any(".partial-" in k for k in keys):
-            self.staged = now
-        if self.final is None and any(k.endswith(".db") for k in keys):
-            self.final = now
-
-
 def status_of(kube: Kube, kind: str, name: str, namespace: str) -> dict:
     """The object's status; {} while the API server does not answer (polled, tried again)."""
     try:
@@ -1450,9 +1731,13 @@ def member_status(etcdctl: str, endpoint: str) -> dict:
     return json.loads(out)[0]["Status"]
 
 
-def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spec) -> dict:
+def large_backup_once(
+    kube, driver, store, client, bucket: str, name: str, sample_every: float = 0.5, **spec
+) -> dict:
     """One EtcdBackup to MinIO: create -> Completed (and -> Verified unless spec says not), with
-    the operator's memory meanwhile and where the time went."""
+    the operator's memory meanwhile (sampled every ``sample_every`` seconds: every 0.1 s the
+    sampler took 0.08 core, from a backup that is CPU-bound on 2 cores) and where the time
+    went (the reconcile's tasks, from its job events)."""
     key = f"bench/{driver.namespace}/{name}.db"
     manifest = backup_manifest(
         name, {"clusterName": driver.name}, store.object_url(key), "minio", **spec
@@ -1470,6 +1755,7 @@ def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spe
         on_update=lambda backup: timeline.note(backup.get("status") or {}),
     )
     time.sleep(1)  # the watch started (its CPU is not the backup's)
+    host = HostUsage()
     started = time.monotonic()
     timeline.started = started
 
@@ -1480,10 +1766,11 @@ def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spe
         return status if status.get("phase") == "Completed" else None
 
     try:
-        with SnapshotSampler(pid) as sampler, KeyWatcher(client, bucket, key, started) as keys:
+        with SnapshotSampler(pid, sample_every) as sampler:
             kube.apply(manifest, namespace=driver.namespace)
             status = backups.wait_for(f"backup {name} Completed", completed, 900)
             seconds = time.monotonic() - started
+            host = host.since()
     finally:
         backups.stop()
     size_mib = status["size"] / 2**20
@@ -1499,11 +1786,11 @@ def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spe
         "rss_mib_growth": round(max(sampler.samples) - idle, 1),
         "module_rss_mib_peak": sampler.module_peak and round(sampler.module_peak, 1),
         "processes_at_peak": sampler.at_peak,
+        "host": host,
         "timeline": {
             "status": timeline.seen,
-            "staging_object_complete": keys.staged,
-            "final_object_present": keys.final,
             "completed_seen": round(seconds, 2),
+            "tasks": backup_tasks(pid, time.time() - (time.monotonic() - started)),
         },
     }
     if spec.get("verify") is False:
@@ -1528,6 +1815,26 @@ def large_backup_once(kube, driver, store, client, bucket: str, name: str, **spe
     return result
 
 
+def backup_tasks(pid: int, since: float) -> list[list]:
+    """The tasks of the EtcdBackup reconciles that started after ``since`` (epoch), from their
+    job events: [seconds from ``since`` the task started, its duration, its name]."""
+    base = f"/proc/{pid}/root/tmp/ansible-operator/runner/etcd.quorumkeeper.dev/v1alpha1"
+    tasks = []
+    for directory in glob.glob(f"{base}/EtcdBackup/*/*/artifacts/[0-9]*"):
+        for path in glob.glob(f"{directory}/job_events/*.json"):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                event = json.loads(Path(path).read_text())
+                data = event["event_data"]
+                if event["event"] not in ("runner_on_ok", "runner_on_failed"):
+                    continue
+                begun = datetime.datetime.fromisoformat(data["start"]).timestamp()
+                if begun >= since:
+                    tasks.append(
+                        [round(begun - since, 2), round(data["duration"], 2), data["task"]]
+                    )
+    return sorted(tasks)
+
+
 def baseline_backup_once(driver, client, bucket: str, member: str, workdir: Path, i: int) -> dict:
     """`etcdctl snapshot save` of ``member`` from this host to a file, then boto3's upload_file
     of that file to the same bucket."""
@@ -1535,6 +1842,7 @@ def baseline_backup_once(driver, client, bucket: str, member: str, workdir: Path
     endpoint = f"http://{pod['status']['podIP']}:2379"
     path = workdir / f"baseline-{i}.db"
     key = f"bench/{driver.namespace}/baseline-{i}.db"
+    host = HostUsage()
     started = time.monotonic()
     subprocess.run(
         [etcdctl_binary(), f"--endpoints={endpoint}", "snapshot", "save", str(path)],
@@ -1545,6 +1853,7 @@ def baseline_backup_once(driver, client, bucket: str, member: str, workdir: Path
     saved = time.monotonic()
     client.upload_file(str(path), bucket, key)
     done = time.monotonic()
+    host = host.since()
     size_mib = path.stat().st_size / 2**20
     path.unlink()
     return {
@@ -1555,6 +1864,9 @@ def baseline_backup_once(driver, client, bucket: str, member: str, workdir: Path
         "mib_per_s": round(size_mib / (done - started), 1),
         "member": member,
         "key": key,
+        # The bench's own process is the python3 here (etcdctl counts in it, upload_file's
+        # threads are it).
+        "host": host,
     }
 
 
@@ -1597,7 +1909,10 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         },
         namespace=driver.namespace,
     )
-    reference = large_backup_once(kube, driver, store, client, bucket, "empty", verify=False)
+    # Sampled every 0.1 s: the module lives a fraction of a second with an empty cluster.
+    reference = large_backup_once(
+        kube, driver, store, client, bucket, "empty", sample_every=0.1, verify=False
+    )
     keys.append(reference["key"])
     print(f"backup of the empty cluster: {reference}", flush=True)
 
@@ -1676,14 +1991,13 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         },
         "notes": {
             "rss": "tree = summed PSS of the operator container's processes and their children, "
-            "sampled every 0.1 s; "
+            "sampled every 0.5 s (the empty cluster's backup every 0.1 s); "
             "growth = peak during create -> Completed minus the idle tree just before "
             "(least of 6 samples over 3 s); module peak = VmHWM of the etcd_snapshot "
             "module's own process (it holds the stream); module growth = its median peak "
             "minus its peak backing up the empty cluster",
-            "timeline": "seconds from create: status phase/reason first seen; the staging "
-            "object appears when the multipart upload completes, the final key when the "
-            "server-side copy to it is done (listed from the host every 0.25 s)",
+            "timeline": "seconds from create: status phase/reason first seen (one watching "
+            "kubectl); tasks: [start, duration, name] of the reconcile's tasks (job events)",
             "store": "MinIO in the cluster (make object-stores), reached by the operator through "
             "its Service name and by the host through its ClusterIP",
         },
@@ -1699,24 +2013,46 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
     )
 
 
+def drop_page_cache() -> None:
+    """Write out and drop the page cache, so that a timed run starts with free memory rather
+    than reclaiming what the previous one left (a 1 GiB restore writes 6.7 GB)."""
+    os.sync()
+    with contextlib.suppress(OSError):  # not root: the run pays for reclaim as it would
+        Path("/proc/sys/vm/drop_caches").write_text("1\n")
+
+
 class HostUsage:
     """What the whole machine did from its creation to each ``since()``: the share of CPU time
     busy and waiting for the disk (/proc/stat), the MiB read and written on its disks
     (/proc/diskstats) and the CPU seconds by command, to tell whether an operation waits on
     CPU or on the disk, and whose CPU."""
 
+    # Memory reclaimed by the processes that asked for it (direct) and by kswapd: a process
+    # reclaiming page cache is charged the CPU, so a run that starts with little free memory
+    # (the previous run's gigabytes still cached) is slower for reasons of its own.
+    RECLAIM = ("allocstall_normal", "pgscan_direct", "pgsteal_direct", "pgsteal_kswapd")
+
     def __init__(self):
         self.cpu, self.disk, self.processes = self._cpu(), self._disk(), self._processes()
+        self.reclaim = self._reclaim()
+
+    @classmethod
+    def _reclaim(cls) -> dict[str, int]:
+        counters = dict(line.split() for line in Path("/proc/vmstat").read_text().splitlines())
+        return {name: int(counters.get(name, 0)) for name in cls.RECLAIM}
 
     @staticmethod
-    def _processes() -> dict[tuple[int, str], float]:
-        """(pid, command) -> CPU seconds of it and of the children it waited for."""
+    def _processes() -> dict[tuple[int, int], tuple[str, float]]:
+        """(pid, start time) -> (command, CPU seconds of it and of the children it waited
+        for). Keyed by start time, not command: a kernel worker renames itself after the work
+        it does, and keyed by name its whole life's CPU counted as this window's."""
         out = {}
         for stat in glob.glob("/proc/[0-9]*/stat"):
             with contextlib.suppress(OSError, IndexError, ValueError):
                 text = Path(stat).read_text()
                 command = text[text.index("(") + 1 : text.rindex(")")]
-                out[(int(stat.split("/")[2]), command)] = stat_cpu_seconds(text)
+                start = int(text.rsplit(")", 1)[1].split()[19])
+                out[(int(stat.split("/")[2]), start)] = (command, stat_cpu_seconds(text))
         return out
 
     @staticmethod
@@ -1741,12 +2077,16 @@ class HostUsage:
     def since(self) -> dict:
         cpu, (read, written), processes = self._cpu(), self._disk(), self._processes()
         by_command: dict[str, float] = {}
-        for (pid, command), seconds in processes.items():
-            used = seconds - self.processes.get((pid, command), 0.0)
+        for key, (command, seconds) in processes.items():
+            used = seconds - self.processes.get(key, ("", 0.0))[1]
+            # Kernel workers by what they are, not by the work they last did.
+            command = command.split("-", 1)[0] if command.startswith("kworker/") else command
             by_command[command] = by_command.get(command, 0.0) + used
         spent = [now - then for now, then in zip(cpu, self.cpu, strict=True)]
         total = sum(spent) or 1
+        reclaim = self._reclaim()
         return {
+            "reclaim": {name: reclaim[name] - self.reclaim[name] for name in self.RECLAIM},
             "cpu_busy_share": round((total - spent[3] - spent[4]) / total, 2),
             "cpu_iowait_share": round(spent[4] / total, 2),
             "disk_read_mib": round((read - self.disk[0]) * 512 / 2**20),
@@ -1808,6 +2148,23 @@ class KubeWatch:
     def stop(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=10)
+
+
+class PodMilestones:
+    """When a watch first showed each pod, and first showed it Ready, in seconds from its
+    ``timeline``'s start (as received: container statuses have whole seconds)."""
+
+    def __init__(self, timeline: Timeline):
+        self.timeline, self.seen = timeline, {}
+
+    def note(self, pod: dict) -> None:
+        now = round(time.monotonic() - self.timeline.started, 2)
+        entry = self.seen.setdefault(pod["metadata"]["name"], {"seen": now})
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        if "ready" not in entry and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in conditions
+        ):
+            entry["ready"] = now
 
 
 def restore_pod_steps(pods: dict[str, dict]) -> list[dict]:
@@ -1892,6 +2249,15 @@ def bench_restore(kube: Kube, runs: int) -> None:
         }
         pods = KubeWatch(kube, "pods", namespace, "-l", "app.kubernetes.io/name=etcd-restore")
         timeline = Timeline(time.monotonic())
+        members = PodMilestones(timeline)
+        member_pods = KubeWatch(
+            kube,
+            "pods",
+            namespace,
+            "-l",
+            f"etcd.quorumkeeper.dev/cluster={cluster}",
+            on_update=members.note,
+        )
         restores = KubeWatch(
             kube,
             RESTORES,
@@ -1906,6 +2272,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
                 raise RuntimeError(f"restore {name} failed: {status}")
             return status if status.get("phase") == "Completed" else None
 
+        drop_page_cache()
         time.sleep(1)  # the watches started (their CPU is not the restore's)
         usage, started = HostUsage(), time.monotonic()
         timeline.started = started
@@ -1915,6 +2282,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
         finally:
             restores.stop()
             pods.stop()
+            member_pods.stop()
         seconds = time.monotonic() - started
         host = usage.since()
         restored = EtcdClusterDriver(kube, namespace, name=cluster)
@@ -1927,6 +2295,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
                 "revision_equals_backup": status.get("revision") == LARGE["revision"],
                 "timeline": timeline.seen,
                 "pods": restore_pod_steps(pods.objects),
+                "member_pods": members.seen,
                 "host": host,
             }
         )
@@ -1938,6 +2307,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
             kube.run("delete", "pvc", *claims, "-n", namespace, "--ignore-not-found", check=False)
 
         path = workdir / "downloaded.db"
+        drop_page_cache()
         usage = HostUsage()
         started = time.monotonic()
         client.download_file(bucket, LARGE["key"], str(path))
@@ -2979,9 +3349,11 @@ BENCHMARKS = {
     "operator_tls": bench_operator_tls,
     "operator_tls_settled": functools.partial(bench_operator_tls, settle=SETTLED_SECONDS),
     "recovery": bench_recovery,
+    "member_replacement": bench_member_replacement,
     "detection": bench_detection,
     "burst": bench_burst,
     "idle": bench_idle,
+    "fleet": bench_fleet,
     "idle_monitoring": bench_idle_monitoring,
     "profile": bench_profile,
     "noop": bench_noop,
