@@ -209,8 +209,13 @@ def write_kubeconfig(path: Path, ca: Path, cert: Path, key: Path, server: str) -
         ],
         "current-context": "quorumkeeper",
     }
-    path.write_text(json.dumps(config, indent=2) + "\n")
-    path.chmod(0o600)
+    # Written aside and renamed into place: `up` on a running cluster writes it again, and a
+    # kubectl reading it meanwhile found it empty and asked localhost:8080 (a CI run lost an
+    # e2e test to that while a local-cluster test ran `up` beside it).
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(config, indent=2) + "\n")
+    partial.chmod(0o600)
+    partial.replace(path)
     return path
 
 
