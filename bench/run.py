@@ -1055,8 +1055,8 @@ def bench_fleet(
     cleanup()
     CLEANUPS.remove(cleanup)
 
-    def median(field):
-        return round(statistics.median(r[field] for r in restarts), 2)
+    def median(field):  # None with --runs 0 (the idle part alone)
+        return round(statistics.median(r[field] for r in restarts), 2) if restarts else None
 
     result = {
         "name": "operator_fleet",
