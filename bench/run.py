@@ -1159,16 +1159,22 @@ def bench_idle_monitoring(kube: Kube, runs: int, seconds: float = 300) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def runs_since(pid: int, since: float) -> list[dict]:
-    """The ansible runs (reconciles) that started after ``since`` (epoch), from job events."""
+def run_events(pid: int, kind: str = "*"):
+    """(kind, job events) of each ansible run the operator ``pid`` keeps artifacts of, for
+    the custom resources of ``kind`` (a glob)."""
     base = f"/proc/{pid}/root/tmp/ansible-operator/runner/etcd.quorumkeeper.dev/v1alpha1"
-    found = []
-    for directory in glob.glob(f"{base}/*/*/*/artifacts/[0-9]*"):
-        kind = directory.split("/")[-5]
+    for directory in glob.glob(f"{base}/{kind}/*/*/artifacts/[0-9]*"):
         events = []
         for path in glob.glob(f"{directory}/job_events/*.json"):
             with contextlib.suppress(OSError, ValueError):
                 events.append(json.loads(Path(path).read_text()))
+        yield directory.split("/")[-5], events
+
+
+def runs_since(pid: int, since: float) -> list[dict]:
+    """The ansible runs (reconciles) that started after ``since`` (epoch), from job events."""
+    found = []
+    for kind, events in run_events(pid):
         stamps = sorted(e["created"] for e in events if e.get("created"))
         if not stamps:
             continue
@@ -1821,15 +1827,13 @@ def large_backup_once(
 def backup_tasks(pid: int, since: float) -> list[list]:
     """The tasks of the EtcdBackup reconciles that started after ``since`` (epoch), from their
     job events: [seconds from ``since`` the task started, its duration, its name]."""
-    base = f"/proc/{pid}/root/tmp/ansible-operator/runner/etcd.quorumkeeper.dev/v1alpha1"
     tasks = []
-    for directory in glob.glob(f"{base}/EtcdBackup/*/*/artifacts/[0-9]*"):
-        for path in glob.glob(f"{directory}/job_events/*.json"):
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                event = json.loads(Path(path).read_text())
+    for _, events in run_events(pid, "EtcdBackup"):
+        for event in events:
+            if event.get("event") not in ("runner_on_ok", "runner_on_failed"):
+                continue
+            with contextlib.suppress(KeyError, ValueError):
                 data = event["event_data"]
-                if event["event"] not in ("runner_on_ok", "runner_on_failed"):
-                    continue
                 begun = datetime.datetime.fromisoformat(data["start"]).timestamp()
                 if begun >= since:
                     tasks.append(

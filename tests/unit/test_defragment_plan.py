@@ -2,8 +2,15 @@
 the etcd.quorumkeeper.dev/defragment annotation, qk_plan_space.defragment), its status and
 Events: when a defragmentation is due, for which members, and never while anything else is."""
 
+import pathlib
+
+import yaml
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_duration import parse_duration
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
     etcd_cluster_plan as plan,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_membership import (
+    STEADY_SECONDS,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_report import (
     etcd_cluster_report as report,
@@ -350,3 +357,11 @@ def test_the_last_compaction_is_recorded_when_etcd_is_seen_compacted_further():
     # Restored from a backup and not compacted since: the record goes (null, merged away).
     observed["etcd"]["compacted_revision"] = 0
     assert report(observed, plan(observed))["status"]["maintenance"]["lastCompaction"] is None
+
+
+def test_the_planners_steady_period_is_the_roles():
+    """A scheduled defragmentation is counted down to only when it comes sooner than the next
+    steady look: the planner's idea of that period must be the role's."""
+    defaults = pathlib.Path(__file__).parents[2] / "roles/etcdcluster/defaults/main.yml"
+    steady = yaml.safe_load(defaults.read_text())["etcdcluster_requeue_periods"]["steady"]
+    assert parse_duration(steady) == STEADY_SECONDS * 1_000_000_000
