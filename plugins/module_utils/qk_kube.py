@@ -71,6 +71,8 @@ KNOWN_RESOURCES = {
 # gives (at most MAX_RETRY_AFTER seconds each).
 THROTTLED_RETRIES = 3
 MAX_RETRY_AFTER = 2.0
+# How long a watch lasts before the server ends it and it is started again.
+WATCH_SECONDS = 300
 
 
 def _retry_after(response) -> float:
@@ -85,6 +87,18 @@ PATCH_TYPES = {
     "json": "application/json-patch+json",
     "strategic": "application/strategic-merge-patch+json",
 }
+
+
+def _error(response, data):
+    """The KubeError of an answer >= 400: the Status object's reason and message."""
+    reason, message = response.reason, data.decode("utf-8", "replace").strip()
+    try:
+        status = json.loads(data)
+        reason = status.get("reason") or reason
+        message = status.get("message") or message
+    except ValueError:
+        pass
+    return KubeError(response.status, reason, message)
 
 
 class KubeError(Exception):
@@ -276,13 +290,15 @@ class KubeClient:
     # -- transport ------------------------------------------------------------------------
     def _connection(self):
         if self._conn is None:
-            if self.scheme == "https":
-                self._conn = http.client.HTTPSConnection(
-                    self.host, self.port, timeout=self.timeout, context=self._ssl
-                )
-            else:
-                self._conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            self._conn = self._new_connection(self.timeout)
         return self._conn
+
+    def _new_connection(self, timeout):
+        if self.scheme == "https":
+            return http.client.HTTPSConnection(
+                self.host, self.port, timeout=timeout, context=self._ssl
+            )
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def close(self):
         if self._conn is not None:
@@ -324,14 +340,7 @@ class KubeClient:
             # initializing just after its CRD was created): as the server says, briefly.
             time.sleep(_retry_after(response))
         if response.status >= 400:
-            reason, message = response.reason, data.decode("utf-8", "replace").strip()
-            try:
-                status = json.loads(data)
-                reason = status.get("reason") or reason
-                message = status.get("message") or message
-            except ValueError:
-                pass
-            raise KubeError(response.status, reason, message)
+            raise _error(response, data)
         if text:
             return data.decode("utf-8", "replace")
         if not data:
@@ -354,6 +363,40 @@ class KubeClient:
                 self.close()
                 raise KubeError(0, "Unreachable", f"{self.server}: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def watch(self, path, query, seconds=WATCH_SECONDS):
+        """The events of a watch of the list at ``path`` (``query`` names the resourceVersion
+        to start from), each ``{"type": ..., "object": ...}``, until the server ends the watch
+        after ``seconds``. On a connection of its own, so that the client's other requests go
+        on meanwhile (from the same thread). KubeError when the watch cannot start or its
+        stream breaks, OSError when its connection does, ValueError for an event that is not
+        JSON."""
+        query = {**query, "watch": "true", "timeoutSeconds": str(int(seconds))}
+        query.setdefault("allowWatchBookmarks", "true")
+        url = (
+            self.base_path
+            + path
+            + "?"
+            + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        )
+        # A read waits for the next event: as long as the watch lasts, and a margin.
+        connection = self._new_connection(seconds + self.timeout)
+        try:
+            try:
+                connection.request("GET", url, headers=self._headers(None))
+                response = connection.getresponse()
+            except (OSError, http.client.HTTPException) as exc:
+                raise KubeError(0, "Unreachable", f"{self.server}: {exc}") from exc
+            if response.status >= 400:
+                raise _error(response, response.read())
+            try:
+                while line := response.readline():
+                    if line.strip():
+                        yield json.loads(line)
+            except http.client.HTTPException as exc:  # a chunk cut short: IncompleteRead
+                raise KubeError(0, "Unreachable", f"{self.server}: watch broken: {exc}") from exc
+        finally:
+            connection.close()
 
     # -- resources ------------------------------------------------------------------------
     def resource(self, api_version, kind):

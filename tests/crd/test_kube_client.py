@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import (
+    WatchedObjects,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeClient,
     KubeConfigError,
@@ -183,3 +187,77 @@ def test_the_api_server_itself_is_never_reached_through_the_proxy(monkeypatch, t
     monkeypatch.setenv("QK_KUBECONFIG", real)
     monkeypatch.setenv("KUBECONFIG", str(proxy))
     assert direct_client().host == "k8s.example"
+
+
+def test_a_watch_streams_the_changes_after_a_version_until_the_server_ends_it(client, namespace):
+    client.create(configmap("before", namespace))
+    listing = client.request("GET", client.path("v1", "ConfigMap", namespace))
+    version = listing["metadata"]["resourceVersion"]
+    client.create(configmap("w", namespace))
+    client.patch("v1", "ConfigMap", "w", {"data": {"b": "2"}}, namespace)
+    client.delete("v1", "ConfigMap", "w", namespace)
+    path = client.path("v1", "ConfigMap", namespace)
+    started = time.monotonic()
+    events = [
+        (e["type"], e["object"]["metadata"]["name"])
+        for e in client.watch(path, {"resourceVersion": version}, seconds=2)
+        if e["type"] != "BOOKMARK"
+    ]
+    assert events == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]
+    assert time.monotonic() - started < 10
+    # The client's own connection was not the watch's: it still answers.
+    assert client.get("v1", "ConfigMap", "before", namespace)["data"] == {"a": "1"}
+    with pytest.raises(KubeError) as refused:
+        next(client.watch(client.path("v1", "NoSuchKind", namespace), {}, seconds=2))
+    assert refused.value.not_found
+
+
+def test_watched_objects_follow_what_their_selector_selects(kube_api, client, namespace):
+    selector = "etcd.quorumkeeper.dev/cluster=c"
+
+    def labelled(name):
+        obj = configmap(name, namespace)
+        obj["metadata"]["labels"] = {"etcd.quorumkeeper.dev/cluster": "c"}
+        return obj
+
+    client.create(labelled("first"))
+    client.create(configmap("unlabelled", namespace))
+    watched = WatchedObjects(
+        lambda: KubeClient.from_kubeconfig(str(kube_api.kubeconfig)),
+        "v1",
+        "ConfigMap",
+        (namespace,),
+        selector,
+        log=lambda message: None,
+    )
+    assert watched.items() is None  # not listed yet: the caller lists for itself
+
+    def names():
+        return sorted(o["metadata"]["name"] for o in watched.items() or [])
+
+    watched.start()
+    wait_for(lambda: names() == ["first"])
+    client.create(labelled("second"))
+    client.patch("v1", "ConfigMap", "first", {"data": {"b": "2"}}, namespace)
+    wait_for(lambda: names() == ["first", "second"])
+    wait_for(
+        lambda: (
+            {o["metadata"]["name"]: o["data"] for o in watched.items()}["first"]
+            == {
+                "a": "1",
+                "b": "2",
+            }
+        )
+    )
+    client.delete("v1", "ConfigMap", "second", namespace)
+    # A label removed takes the object out of what the selector selects.
+    unlabel = {"metadata": {"labels": {"etcd.quorumkeeper.dev/cluster": None}}}
+    client.patch("v1", "ConfigMap", "first", unlabel, namespace)
+    wait_for(lambda: names() == [])
+
+
+def wait_for(condition, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "not within the timeout"
+        time.sleep(0.05)

@@ -5,8 +5,13 @@ member that does not answer; each is what makes the watch wake the reconcile (or
 from __future__ import annotations
 
 import time
+import urllib.request
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import probe
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import (
+    HealthProber,
+    address_of,
+    probe,
+)
 from test_defragment_module import QUOTA, fill_to_nospace
 
 
@@ -58,3 +63,64 @@ def test_a_member_without_leader_and_a_hung_member_are_not_healthy(etcd_factory,
     cluster.stop("n2")
     stopped = probe(health_url(cluster, "n2"))
     assert stopped.startswith("no answer to /health: ConnectionRefusedError"), stopped
+
+
+def test_rounds_keep_their_connections_and_a_restarted_member_is_asked_again(etcd_factory):
+    cluster = etcd_factory(3)
+    urls = [health_url(cluster, n) for n in cluster.nodes]
+    prober = HealthProber()
+    try:
+        assert prober.probe_all(urls) == ["", "", ""]
+        kept = dict(prober.connections)
+        assert len(kept) == 3
+        assert prober.probe_all(urls) == ["", "", ""]
+        assert prober.connections == kept, "each round opened new connections"
+        # The member's end of the kept connection is gone with its process: the next round
+        # finds it closed and asks the restarted member on a new one, within the round.
+        cluster.stop("n1")
+        initial = ",".join(f"{name}={node.peer_url}" for name, node in cluster.nodes.items())
+        cluster.join("n1", initial)
+        cluster.wait_healthy("n1")
+        assert prober.probe_all(urls) == ["", "", ""]
+        assert prober.connections[address_of(urls[0])] is kept[address_of(urls[0])]
+        # A member no longer asked about loses its connection.
+        prober.probe_all(urls[:2])
+        assert len(prober.connections) == 2
+    finally:
+        prober.close()
+
+
+def a_follower(cluster) -> str:
+    """A member that is not the leader: freezing the leader would make the others' /health
+    fail too, for the election."""
+    for name, node in cluster.nodes.items():
+        with urllib.request.urlopen(node.client_url + "/metrics", timeout=5) as answer:
+            if "\netcd_server_is_leader 0" in answer.read().decode():
+                return name
+    raise AssertionError("no follower")
+
+
+def test_a_hung_member_delays_its_round_by_the_timeout_alone(etcd_factory):
+    cluster = etcd_factory(3)
+    hung = a_follower(cluster)
+    names = [n for n in cluster.nodes if n != hung] + [hung]
+    urls = [health_url(cluster, n) for n in names]
+    prober = HealthProber(timeout=1.0)
+    try:
+        assert prober.probe_all(urls) == ["", "", ""]
+        cluster.freeze(hung)
+        try:
+            started = time.monotonic()
+            verdicts = prober.probe_all(urls)
+            took = time.monotonic() - started
+        finally:
+            cluster.thaw(hung)
+        assert verdicts[:2] == ["", ""], verdicts
+        assert verdicts[2] == "no answer to /health: TimeoutError: timed out", verdicts
+        assert 1.0 <= took < 1.9, took
+        # Its late answer would be read as the next round's: the connection was dropped.
+        assert address_of(urls[2]) not in prober.connections
+        cluster.wait_healthy(hung)
+        assert prober.probe_all(urls) == ["", "", ""]
+    finally:
+        prober.close()

@@ -1,16 +1,19 @@
 """The health watch's decisions (qk_health_watch): which members it asks, what a /health answer
 means, which clusters it looks at, and when it wakes a cluster's reconcile."""
 
+import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import (
     RENUDGE_SECONDS,
     SECRETS_ANNOTATION,
     HealthWatch,
     NudgeMemory,
     annotation_value,
+    apply_event,
     changed_secrets,
     health_verdict,
     member_probes,
     own_secret_versions,
+    parse_response,
     plan_nudges,
     problems_summary,
     watch_namespaces,
@@ -217,3 +220,72 @@ def test_a_changed_secret_annotates_its_cluster_once():
     del kube.versions["srv"]
     assert watch.check_secrets([c]) == [("ns", "c", ["peer", "srv"])]
     assert kube.patches[-1] == ("c", "peer@30, srv@deleted")
+
+
+HEALTHY = b'{"health":"true","reason":""}'
+
+
+def test_a_response_with_a_length_is_whole_once_its_body_arrived():
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 29\r\n\r\n"
+    assert parse_response(head[:20], closed=False) is None
+    assert parse_response(head + HEALTHY[:10], closed=False) is None
+    assert parse_response(head + HEALTHY, closed=False) == (200, HEALTHY, True)
+    # The connection carries the next request unless the server says otherwise.
+    closing = head.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n")
+    assert parse_response(closing + HEALTHY, closed=False) == (200, HEALTHY, False)
+    old = head.replace(b"HTTP/1.1", b"HTTP/1.0")
+    assert parse_response(old + HEALTHY, closed=False) == (200, HEALTHY, False)
+
+
+def test_a_chunked_response_is_whole_at_its_last_chunk():
+    head = b"HTTP/1.1 503 Service Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n"
+    chunks = b"a\r\n" + HEALTHY[:10] + b"\r\n13;ext=1\r\n" + HEALTHY[10:] + b"\r\n0\r\n\r\n"
+    for cut in range(len(chunks)):
+        assert parse_response(head + chunks[:cut], closed=False) is None, cut
+    assert parse_response(head + chunks, closed=False) == (503, HEALTHY, True)
+
+
+def test_a_response_without_length_ends_where_the_connection_does():
+    data = b"HTTP/1.1 200 OK\r\n\r\n" + HEALTHY
+    assert parse_response(data, closed=False) is None
+    assert parse_response(data, closed=True) == (200, HEALTHY, False)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Le",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 29\r\n\r\n{",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{",
+    ],
+)
+def test_a_response_cut_short_by_the_server_is_an_error(data):
+    assert parse_response(data, closed=False) is None
+    with pytest.raises(ValueError, match="closed"):
+        parse_response(data, closed=True)
+
+
+def test_what_is_not_http_is_an_error():
+    with pytest.raises(ValueError, match="not an HTTP response"):
+        parse_response(b"SSH-2.0-OpenSSH\r\n\r\n", closed=False)
+
+
+def configmap(name, version, namespace="ns"):
+    return {"metadata": {"name": name, "namespace": namespace, "resourceVersion": version}}
+
+
+def test_watch_events_keep_the_objects_current_and_an_error_asks_for_a_new_list():
+    objects = {}
+    assert apply_event(objects, {"type": "ADDED", "object": configmap("a", "5")}) == "5"
+    assert apply_event(objects, {"type": "ADDED", "object": configmap("a", "5", "other")}) == "5"
+    changed = configmap("a", "7")
+    assert apply_event(objects, {"type": "MODIFIED", "object": changed}) == "7"
+    assert objects == {("ns", "a"): changed, ("other", "a"): configmap("a", "5", "other")}
+    assert apply_event(objects, {"type": "DELETED", "object": configmap("a", "9")}) == "9"
+    assert list(objects) == [("other", "a")]
+    # A bookmark moves the version on and changes nothing.
+    bookmark = {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "12"}}}
+    assert apply_event(objects, bookmark) == "12"
+    assert list(objects) == [("other", "a")]
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}
+    assert apply_event(objects, gone) is None
