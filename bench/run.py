@@ -30,7 +30,8 @@ Operator (medians over --runs, every sample in the result file):
 - fleet: 20 healthy clusters of 3 and the operator's pod deleted (--runs times): seconds until
   the new pod has reconciled every EtcdCluster and EtcdPeer once (its log, read as written), its
   CPU by then, members touched (pod UID, restarts, etcd IDs); then 50 clusters and the
-  operator's CPU over 10 minutes of nothing.
+  operator's CPU over 10 minutes of nothing. fleet_tls: the same with operator-managed client
+  and peer TLS. With --runs 0 the idle part alone (operator_fleet[_tls]_idle.json).
 - backup: EtcdBackups of a cluster holding 8, then 96 MiB, to an S3 server (moto) -> Completed,
   and the operator's memory meanwhile (the snapshot is streamed, so it must not grow with it).
 - backup_1gib: a cluster of 3 holding 1 GiB (--backup-mib) in 1 MiB values: an EtcdBackup to
@@ -39,6 +40,8 @@ Operator (medians over --runs, every sample in the result file):
 - restore: an EtcdRestore of that backup into a new cluster of 3 -> Completed, against
   `etcdutl snapshot restore` of the same object into 3 data dirs on the host (alone, it makes
   the backup first); each run of either starts with the page cache written out and dropped.
+- backup_1gib_tls, restore_tls: the same for a cluster with operator-managed client and peer
+  TLS (etcdctl of the baseline with the application's client certificate).
 - upgrade: a rolling upgrade of 3 members, 3.5.35 -> 3.6.16, while one client writes through the
   client Service retrying each write for up to 1 s: the share of writes acknowledged, and the
   acknowledged writes not read back afterwards (issue 8).
@@ -98,6 +101,7 @@ from securityhelpers import (  # noqa: E402  (tests/e2e/securityhelpers.py)
     ca_rotated,
     members_serve,
     peer_traffic_on,
+    secret_files,
     use_application_certificate,
 )
 from upgradehelpers import AckedWriter, wait_upgraded  # noqa: E402  (tests/e2e/upgradehelpers.py)
@@ -877,6 +881,20 @@ class FleetDriver(EtcdClusterDriver):
         return manifest
 
 
+class WithTLS:
+    """Mixed into a driver class before it: its cluster with operator-managed TLS on client
+    and peer traffic."""
+
+    def manifest(self, replicas: int) -> dict:
+        manifest = super().manifest(replicas)
+        manifest["spec"]["tls"] = {"client": {}, "peer": {}}
+        return manifest
+
+
+class FleetTLSDriver(WithTLS, FleetDriver):
+    """A cluster of a fleet with operator-managed TLS on client and peer traffic."""
+
+
 def create_fleet(kube: Kube, drivers: list, batch: int = 10) -> float:
     """Create the clusters ``batch`` at a time, each batch Available before the next; seconds."""
     started = time.monotonic()
@@ -1017,12 +1035,18 @@ def bench_fleet(
     restart_clusters: int = 20,
     idle_clusters: int = 50,
     idle_seconds: float = 600,
+    tls: bool = False,
 ) -> None:
     """Issue 20's fleet goals on one operator: ``restart_clusters`` healthy clusters, the
     operator restarted ``runs`` times (each: every cluster re-observed, no member touched);
-    then ``idle_clusters`` healthy clusters and the operator's CPU over ``idle_seconds``."""
+    then ``idle_clusters`` healthy clusters and the operator's CPU over ``idle_seconds``.
+    With ``tls``: clusters with operator-managed client and peer TLS. With no runs, the idle
+    part alone (written apart, ``_idle``)."""
     deploy_operator(kube)
-    drivers = [FleetDriver(kube, fresh_namespace(kube), name=f"f{i}") for i in range(idle_clusters)]
+    driver_class = FleetTLSDriver if tls else FleetDriver
+    drivers = [
+        driver_class(kube, fresh_namespace(kube), name=f"f{i}") for i in range(idle_clusters)
+    ]
 
     def cleanup():
         kube.run(
@@ -1058,8 +1082,9 @@ def bench_fleet(
     def median(field):  # None with --runs 0 (the idle part alone)
         return round(statistics.median(r[field] for r in restarts), 2) if restarts else None
 
+    name = "operator_fleet" + ("_tls" if tls else "") + ("" if runs else "_idle")
     result = {
-        "name": "operator_fleet",
+        "name": name,
         "restart": {
             "what": f"{restart_clusters} healthy 3-member clusters; the operator's pod deleted: "
             "seconds until its new pod has reconciled every EtcdCluster (and EtcdPeer) once "
@@ -1086,9 +1111,9 @@ def bench_fleet(
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
     }
-    write("operator_fleet", result)
+    write(name, result)
     print(
-        f"operator_fleet: restart of {restart_clusters}: all re-observed in "
+        f"{name}: restart of {restart_clusters}: all re-observed in "
         f"{result['restart']['median_seconds_to_all_clusters']} s (median of {runs}), "
         f"{result['restart']['members_touched']} members touched; {idle_clusters} idle: "
         f"{result['idle']['cores']} core",
@@ -1361,13 +1386,8 @@ class LargeVolumeDriver(EtcdClusterDriver):
         return manifest
 
 
-class TLSClusterDriver(EtcdClusterDriver):
+class TLSClusterDriver(WithTLS, EtcdClusterDriver):
     """The same cluster with operator-managed TLS on client and peer traffic."""
-
-    def manifest(self, replicas: int) -> dict:
-        manifest = super().manifest(replicas)
-        manifest["spec"]["tls"] = {"client": {}, "peer": {}}
-        return manifest
 
 
 def noop_reconcile_cpu(pid: int, driver, pokes: int) -> list[float]:
@@ -1586,8 +1606,9 @@ SNAPSHOT_MODULE = b"AnsiballZ_etcd_snapshot.py"
 # A module run by the warm-start server has its command line and is named after the module.
 SNAPSHOT_MODULE_NAME = "etcd_snapshot"
 LARGE_VALUE = 1024 * 1024  # etcd refuses requests over 1.5 MiB (--max-request-bytes)
-# What backup_1gib leaves for restore in the same run, and what main() cleans up at the end.
-LARGE: dict = {}
+# What backup_1gib (LARGE[False]) and backup_1gib_tls (LARGE[True]) leave for restore and
+# restore_tls in the same run, and what main() cleans up at the end.
+LARGE: dict[bool, dict] = {}
 CLEANUPS: list = []
 
 
@@ -1691,8 +1712,48 @@ def minio_store():
     return store, client, stores_lib.BUCKET
 
 
+class HostClientTLS:
+    """A TLS cluster's application client certificate (its Secret ``<cluster>-client-tls``)
+    for clients on this host: etcdctl's flags and gRPC's channel arguments. The server's
+    certificate names the client Service, not the address this host dials: gRPC checks it
+    against that name, etcdctl (which cannot be told the name) does not check it."""
+
+    def __init__(self, driver, workdir: Path):
+        files = secret_files(driver.kube, driver.namespace, f"{driver.name}-client-tls")
+        self.server_name = f"{driver.name}-client.{driver.namespace}.svc.cluster.local"
+        self.pem = {key: files[key].encode() for key in ("ca.crt", "tls.crt", "tls.key")}
+        paths = {}
+        for key, content in self.pem.items():
+            paths[key] = workdir / f"client-{key}"
+            paths[key].write_bytes(content)
+        self.etcdctl_flags = [
+            f"--cacert={paths['ca.crt']}",
+            f"--cert={paths['tls.crt']}",
+            f"--key={paths['tls.key']}",
+            "--insecure-skip-tls-verify",
+        ]
+
+    def channel(self, address: str):
+        import grpc.aio
+
+        credentials = grpc.ssl_channel_credentials(
+            self.pem["ca.crt"], self.pem["tls.key"], self.pem["tls.crt"]
+        )
+        options = [("grpc.ssl_target_name_override", self.server_name)]
+        return grpc.aio.secure_channel(address, credentials, options=options)
+
+
+def client_endpoint(driver, tls: HostClientTLS | None) -> str:
+    endpoint = driver.client_endpoint()
+    return endpoint.replace("http://", "https://", 1) if tls else endpoint
+
+
 async def fill_large(
-    endpoint: str, count: int, concurrency: int = 8, value_size: int = LARGE_VALUE
+    endpoint: str,
+    count: int,
+    concurrency: int = 8,
+    value_size: int = LARGE_VALUE,
+    tls: HostClientTLS | None = None,
 ) -> None:
     """``count`` keys of ``value_size`` incompressible bytes each, ``concurrency`` puts in
     flight."""
@@ -1702,7 +1763,9 @@ async def fill_large(
 
     block = os.urandom(2 * value_size)
     todo = iter(range(count))
-    async with grpc.aio.insecure_channel(endpoint.removeprefix("http://")) as channel:
+    address = endpoint.split("://", 1)[-1]
+    channel = tls.channel(address) if tls else grpc.aio.insecure_channel(address)
+    async with channel:
         kv = KVService(channel)
 
         async def worker():
@@ -1729,9 +1792,9 @@ async def fill_large(
         await asyncio.gather(*(worker() for _ in range(concurrency)))
 
 
-def member_status(etcdctl: str, endpoint: str) -> dict:
+def member_status(etcdctl: str, endpoint: str, flags: tuple | list = ()) -> dict:
     out = subprocess.run(
-        [etcdctl, f"--endpoints={endpoint}", "endpoint", "status", "-w", "json"],
+        [etcdctl, f"--endpoints={endpoint}", *flags, "endpoint", "status", "-w", "json"],
         capture_output=True,
         text=True,
         check=True,
@@ -1842,17 +1905,20 @@ def backup_tasks(pid: int, since: float) -> list[list]:
     return sorted(tasks)
 
 
-def baseline_backup_once(driver, client, bucket: str, member: str, workdir: Path, i: int) -> dict:
+def baseline_backup_once(
+    driver, client, bucket: str, member: str, workdir: Path, i: int, tls=None
+) -> dict:
     """`etcdctl snapshot save` of ``member`` from this host to a file, then boto3's upload_file
     of that file to the same bucket."""
     pod = driver.pod_of(member)
-    endpoint = f"http://{pod['status']['podIP']}:2379"
+    endpoint = f"{'https' if tls else 'http'}://{pod['status']['podIP']}:2379"
+    flags = tls.etcdctl_flags if tls else []
     path = workdir / f"baseline-{i}.db"
     key = f"bench/{driver.namespace}/baseline-{i}.db"
     host = HostUsage()
     started = time.monotonic()
     subprocess.run(
-        [etcdctl_binary(), f"--endpoints={endpoint}", "snapshot", "save", str(path)],
+        [etcdctl_binary(), f"--endpoints={endpoint}", *flags, "snapshot", "save", str(path)],
         check=True,
         capture_output=True,
         timeout=900,
@@ -1881,16 +1947,23 @@ def median_of(results: list[dict], field: str) -> float:
     return round(statistics.median(r[field] for r in results), 2)
 
 
-def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
+class LargeVolumeTLSDriver(WithTLS, LargeVolumeDriver):
+    """LargeVolumeDriver's cluster with operator-managed TLS on client and peer traffic."""
+
+
+def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024, tls: bool = False) -> None:
     """A cluster of 3 holding ``size_mib`` MiB (1 MiB values): an EtcdBackup to MinIO ->
     Completed -> Verified, against `etcdctl snapshot save` + a boto3 upload_file in the same
-    run; the operator's memory meanwhile, and a backup of the empty cluster for reference."""
+    run; the operator's memory meanwhile, and a backup of the empty cluster for reference.
+    With ``tls``: a cluster with operator-managed client and peer TLS."""
     import base64
     import tempfile
 
     deploy_operator(kube)
     store, client, bucket = minio_store()
-    driver = LargeVolumeDriver(kube, fresh_namespace(kube), name="bench")
+    driver = (LargeVolumeTLSDriver if tls else LargeVolumeDriver)(
+        kube, fresh_namespace(kube), name="bench"
+    )
     workdir = Path(tempfile.mkdtemp(prefix="qk-bench-"))
     keys = []
 
@@ -1905,6 +1978,14 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
     driver.create(3)
     driver.wait_available(3, timeout=300)
     time.sleep(10)  # the reconciles woken by the members becoming ready
+    if tls:
+        wait_until(
+            "the application's client certificate",
+            lambda: kube.exists("secret", f"{driver.name}-client-tls", driver.namespace),
+            60,
+        )
+    client_tls = HostClientTLS(driver, workdir) if tls else None
+    endpoint = client_endpoint(driver, client_tls)
     kube.apply(
         {
             "apiVersion": "v1",
@@ -1924,9 +2005,10 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
     print(f"backup of the empty cluster: {reference}", flush=True)
 
     started = time.monotonic()
-    asyncio.run(fill_large(driver.client_endpoint(), size_mib))
+    asyncio.run(fill_large(endpoint, size_mib, tls=client_tls))
     fill_seconds = time.monotonic() - started
-    db = member_status(etcdctl_binary(), driver.client_endpoint())
+    flags = client_tls.etcdctl_flags if client_tls else []
+    db = member_status(etcdctl_binary(), endpoint, flags)
     print(f"wrote {size_mib} MiB in {fill_seconds:.1f}s; dbSize {db['dbSize'] / 2**20:.0f} MiB")
 
     operator, baseline = [], []
@@ -1935,11 +2017,14 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         keys.append(operator[-1]["key"])
         print(f"EtcdBackup: {operator[-1]}", flush=True)
         member = operator[-1]["member"]
-        baseline.append(baseline_backup_once(driver, client, bucket, member, workdir, i))
+        baseline.append(
+            baseline_backup_once(driver, client, bucket, member, workdir, i, client_tls)
+        )
         keys.append(baseline[-1]["key"])
         print(f"etcdctl snapshot save + upload_file: {baseline[-1]}", flush=True)
-    LARGE.update(driver=driver, store=store, client=client, bucket=bucket, workdir=workdir)
-    LARGE.update(backup="large-0", key=operator[0]["key"], revision=operator[0]["revision"])
+    LARGE[tls] = {"driver": driver, "client": client, "bucket": bucket, "workdir": workdir}
+    LARGE[tls].update(backup="large-0", key=operator[0]["key"], revision=operator[0]["revision"])
+    name = "operator_backup_1gib_tls" if tls else "operator_backup_1gib"
 
     throughput = median_of(operator, "mib_per_s")
     base_throughput = median_of(baseline, "mib_per_s")
@@ -1948,7 +2033,7 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         median_of(operator, "module_rss_mib_peak") - (reference["module_rss_mib_peak"] or 0), 1
     )
     result = {
-        "name": "operator_backup_1gib",
+        "name": name,
         "runs": runs,
         "note": (
             "one run (allowed for the 1 GiB case: filling and backing it up takes minutes)"
@@ -1979,13 +2064,20 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         },
         "baseline": {
             "what": "etcdctl snapshot save of the same member from the host to a file, then "
-            "boto3 upload_file (default TransferConfig) to the same MinIO bucket",
+            "boto3 upload_file (default TransferConfig) to the same MinIO bucket"
+            + (
+                "; etcdctl with the application's client certificate, not checking the "
+                "server's (it names the Service, not the pod IP the host dials)"
+                if tls
+                else ""
+            ),
             "median_seconds": median_of(baseline, "seconds"),
             "median_mib_per_s": base_throughput,
             "runs": baseline,
         },
         "throughput_ratio_operator_to_baseline": round(throughput / base_throughput, 2),
-        "goal": "throughput >= 0.8x the baseline's, module RSS growth < 64 MiB (issue 7)",
+        "goal": "throughput >= 1.0x the baseline's (issue 20), module RSS growth < 64 MiB "
+        "(issue 7)" + ("; with TLS within 1.2x of the same without (issue 20)" if tls else ""),
         "reference_backup_of_empty_cluster": reference,
         "verification": {
             "median_seconds_completed_to_verified": statistics.median(
@@ -2011,9 +2103,9 @@ def bench_backup_1gib(kube: Kube, runs: int, size_mib: int = 1024) -> None:
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
     }
-    write("operator_backup_1gib", result)
+    write(name, result)
     print(
-        f"operator_backup_1gib: {throughput} MiB/s vs baseline {base_throughput} MiB/s "
+        f"{name}: {throughput} MiB/s vs baseline {base_throughput} MiB/s "
         f"(x{result['throughput_ratio_operator_to_baseline']}), RSS growth "
         f"{result['operator']['median_rss_mib_growth']} MiB (tree), {module_growth} MiB (module)",
         flush=True,
@@ -2233,14 +2325,16 @@ def baseline_restore_once(path: Path, workdir: Path, name: str) -> dict:
     return {"seconds": round(sum(seconds), 2), "per_member_seconds": seconds}
 
 
-def bench_restore(kube: Kube, runs: int) -> None:
+def bench_restore(kube: Kube, runs: int, tls: bool = False) -> None:
     """An EtcdRestore of backup_1gib's backup (by backupName) into a new 3-member cluster ->
     Completed, against `etcdutl snapshot restore` of the same object, downloaded, into 3 data
-    dirs one after the other on the host."""
-    if not LARGE:  # alone: make the backup first
-        bench_backup_1gib(kube, 1)
-    driver, client, bucket = LARGE["driver"], LARGE["client"], LARGE["bucket"]
-    namespace, workdir = driver.namespace, LARGE["workdir"]
+    dirs one after the other on the host. With ``tls``: backup_1gib_tls's backup, into a
+    cluster with operator-managed client and peer TLS."""
+    if tls not in LARGE:  # alone: make the backup first
+        bench_backup_1gib(kube, 1, tls=tls)
+    large = LARGE[tls]
+    driver, client, bucket = large["driver"], large["client"], large["bucket"]
+    namespace, workdir = driver.namespace, large["workdir"]
     operator, baseline = [], []
     for i in range(runs):
         name, cluster = f"restore-{i}", f"restored{i}"
@@ -2249,7 +2343,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
             "kind": "EtcdRestore",
             "metadata": {"name": name},
             "spec": {
-                "source": {"backupName": LARGE["backup"]},
+                "source": {"backupName": large["backup"]},
                 "clusterName": cluster,
                 "clusterTemplate": driver.manifest(3)["spec"],
             },
@@ -2299,7 +2393,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
                 "seconds": round(seconds, 2),
                 "snapshot_mib": round((status.get("size") or 0) / 2**20, 1),
                 "revision": status.get("revision"),
-                "revision_equals_backup": status.get("revision") == LARGE["revision"],
+                "revision_equals_backup": status.get("revision") == large["revision"],
                 "timeline": timeline.seen,
                 "pods": restore_pod_steps(pods.objects),
                 "member_pods": members.seen,
@@ -2317,7 +2411,7 @@ def bench_restore(kube: Kube, runs: int) -> None:
         drop_page_cache()
         usage = HostUsage()
         started = time.monotonic()
-        client.download_file(bucket, LARGE["key"], str(path))
+        client.download_file(bucket, large["key"], str(path))
         downloaded = time.monotonic() - started
         baseline.append(
             {
@@ -2329,13 +2423,14 @@ def bench_restore(kube: Kube, runs: int) -> None:
         path.unlink()
         print(f"etcdutl snapshot restore x3: {baseline[-1]}", flush=True)
 
+    name = "operator_restore_1gib_tls" if tls else "operator_restore_1gib"
     result = {
-        "name": "operator_restore_1gib",
+        "name": name,
         "runs": runs,
         "note": (
             "one run (allowed for the 1 GiB case)" if runs == 1 else f"medians over {runs} restores"
         ),
-        "backup": LARGE["backup"],
+        "backup": large["backup"],
         "operator": {
             "what": "EtcdRestore (spec.source.backupName) created -> Completed: the operator "
             "looks the object up, creates 3 PVCs and restore pods (each downloads the object, "
@@ -2355,9 +2450,9 @@ def bench_restore(kube: Kube, runs: int) -> None:
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()} cpus={os.cpu_count()}",
     }
-    write("operator_restore_1gib", result)
+    write(name, result)
     print(
-        f"operator_restore_1gib: {result['operator']['median_seconds']}s vs etcdutl x3 "
+        f"{name}: {result['operator']['median_seconds']}s vs etcdutl x3 "
         f"{result['baseline']['median_seconds']}s",
         flush=True,
     )
@@ -3362,6 +3457,7 @@ BENCHMARKS = {
     "burst": bench_burst,
     "idle": bench_idle,
     "fleet": bench_fleet,
+    "fleet_tls": functools.partial(bench_fleet, tls=True),
     "idle_monitoring": bench_idle_monitoring,
     "profile": bench_profile,
     "noop": bench_noop,
@@ -3369,6 +3465,8 @@ BENCHMARKS = {
     "backup": bench_backup,
     "backup_1gib": bench_backup_1gib,
     "restore": bench_restore,
+    "backup_1gib_tls": functools.partial(bench_backup_1gib, tls=True),
+    "restore_tls": functools.partial(bench_restore, tls=True),
     "upgrade": bench_upgrade,
     "client_tls": bench_client_tls,
     "peer_tls": bench_peer_tls,
@@ -3394,6 +3492,7 @@ def main() -> int:
     benchmarks = {
         **BENCHMARKS,
         "backup_1gib": functools.partial(bench_backup_1gib, size_mib=args.backup_mib),
+        "backup_1gib_tls": functools.partial(bench_backup_1gib, size_mib=args.backup_mib, tls=True),
     }
     subprocess.run([*LOCALCLUSTER, "up"], check=True, capture_output=True)
     kube = Kube(STATE / "kubeconfig")
