@@ -1,12 +1,15 @@
 """The health watch's probe against real etcd 3.4/3.5/3.6: what ``/health`` says of a member
 that serves, of a cluster that raised NOSPACE, of a member left without a leader, and of a
-member that does not answer; each is what makes the watch wake the reconcile (or not)."""
+member that does not answer; each is what makes the watch wake the reconcile (or not). And a
+round of the prober over several members: connections kept from round to round, a restarted
+member asked again within the round, a hung one costing the round its timeout alone."""
 
 from __future__ import annotations
 
 import time
 import urllib.request
 
+import pytest
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch import (
     HealthProber,
     address_of,
@@ -65,6 +68,8 @@ def test_a_member_without_leader_and_a_hung_member_are_not_healthy(etcd_factory,
     assert stopped.startswith("no answer to /health: ConnectionRefusedError"), stopped
 
 
+# The watch asks members from etcd 3.5 on (qk_health_watch.member_probes): not 3.4's.
+@pytest.mark.parametrize("etcd_version", ["3.5.35", "3.6.16"])
 def test_rounds_keep_their_connections_and_a_restarted_member_is_asked_again(etcd_factory):
     cluster = etcd_factory(3)
     urls = [health_url(cluster, n) for n in cluster.nodes]
@@ -100,6 +105,8 @@ def a_follower(cluster) -> str:
     raise AssertionError("no follower")
 
 
+# The watch asks members from etcd 3.5 on (qk_health_watch.member_probes): not 3.4's.
+@pytest.mark.parametrize("etcd_version", ["3.5.35", "3.6.16"])
 def test_a_hung_member_delays_its_round_by_the_timeout_alone(etcd_factory):
     cluster = etcd_factory(3)
     hung = a_follower(cluster)
