@@ -446,14 +446,19 @@ def probe(url: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> str:
         prober.close()
 
 
+def cached_list(kube, path, label_selector=None) -> dict:
+    """The list at ``path`` from the API server's watch cache (resourceVersion=0): a list a
+    moment old is fine for choosing whom to ask."""
+    query = {"resourceVersion": "0", "labelSelector": label_selector}
+    return kube.request("GET", path, query=query) or {}
+
+
 def list_objects(kube, namespaces, api_version, kind, label_selector=None) -> list[dict]:
-    """The objects of a kind in ``namespaces`` (all when empty), from the API server's watch
-    cache (resourceVersion=0): a list a moment old is fine for choosing whom to ask."""
+    """The objects of a kind in ``namespaces`` (all when empty), from the watch cache."""
     items = []
     for namespace in namespaces or (None,):
         path = kube.path(api_version, kind, namespace)
-        query = {"resourceVersion": "0", "labelSelector": label_selector}
-        items += (kube.request("GET", path, query=query) or {}).get("items") or []
+        items += cached_list(kube, path, label_selector).get("items") or []
     return items
 
 
@@ -509,8 +514,7 @@ class WatchedObjects:
         while True:
             try:
                 if version is None:
-                    query = {"resourceVersion": "0", "labelSelector": self.selector}
-                    listing = kube.request("GET", path, query=query) or {}
+                    listing = cached_list(kube, path, self.selector)
                     objects = {}
                     for obj in listing.get("items") or []:
                         apply_event(objects, {"type": "ADDED", "object": obj})

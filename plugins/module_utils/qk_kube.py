@@ -325,9 +325,7 @@ class KubeClient:
     ):
         """Send one request; return the decoded JSON body (None when empty), or with ``text``
         the body as text."""
-        url = self.base_path + path
-        if query:
-            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        url = self._url(path, query)
         payload = None if body is None else json.dumps(body).encode()
         headers = self._headers(
             content_type if payload is not None else None, "*/*" if text else "application/json"
@@ -346,6 +344,12 @@ class KubeClient:
         if not data:
             return None
         return json.loads(data)
+
+    def _url(self, path, query):
+        url = self.base_path + path
+        if query:
+            url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
+        return url
 
     def _send(self, method, url, payload, headers):
         for attempt in (1, 2):
@@ -373,12 +377,7 @@ class KubeClient:
         JSON."""
         query = {**query, "watch": "true", "timeoutSeconds": str(int(seconds))}
         query.setdefault("allowWatchBookmarks", "true")
-        url = (
-            self.base_path
-            + path
-            + "?"
-            + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
-        )
+        url = self._url(path, query)
         # A read waits for the next event: as long as the watch lasts, and a margin.
         connection = self._new_connection(seconds + self.timeout)
         try:
