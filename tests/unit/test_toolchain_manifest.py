@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "hack" / "toolchain"))
 sys.path.insert(0, str(REPO / "hack"))
 
+import install  # noqa: E402
 import manifest  # noqa: E402
 import test_lanes  # noqa: E402
 
@@ -109,3 +110,29 @@ def test_the_lanes_measure_how_busy_the_machine_was():
     assert after[1] > before[1] and after[0] >= before[0]
     assert 0 < test_lanes.busy_share(before, after) <= 1
     assert test_lanes.busy_share((10, 100), (60, 200)) == 0.5
+
+
+def test_the_virtualenv_is_built_beside_the_go_steps_and_its_failure_fails_the_install(
+    monkeypatch,
+):
+    go_steps_done, order = threading.Event(), []
+
+    def fake_install(step):
+        if step == "venv":
+            # The Go steps go on while pip runs: they all end before this one does.
+            assert go_steps_done.wait(5), "the Go steps waited for the virtualenv"
+            order.append(step)
+            raise SystemExit("[install] failed (1): pip install")
+        order.append(step)
+        if step == "etcd":
+            go_steps_done.set()
+
+    monkeypatch.setattr(install, "install", fake_install)
+    with pytest.raises(SystemExit, match="pip install"):
+        install.install_steps(["debian", "venv", "kubernetes", "etcd"])
+    assert order == ["debian", "kubernetes", "etcd", "venv"]
+    # Without a Go step there is nothing to overlap: the virtualenv is installed in turn.
+    monkeypatch.setattr(install, "install", order.append)
+    order.clear()
+    install.install_steps(["debian", "venv"])
+    assert order == ["debian", "venv"]
