@@ -98,6 +98,20 @@ verification_reason:
   description: Reason of the Verified condition, null when none.
   type: str
   returned: when it exists
+cluster_tls:
+  description:
+    - Whether the EtcdCluster to back up has C(spec.tls), so that the operator's client certificate
+      must be read before the snapshot. False for a client URL, a cluster that does not exist, or
+      a completed backup.
+  type: bool
+  returned: when it exists
+cluster_auth:
+  description:
+    - Whether the EtcdCluster to back up has C(spec.auth) or authentication still enabled in
+      etcd (C(status.auth.enabled)), so that root's password must be read before the snapshot.
+      False for a client URL, a cluster that does not exist, or a completed backup.
+  type: bool
+  returned: when it exists
 verification_due:
   description:
     - Whether a verification should run now; Completed, verify asked for, and not verified yet
@@ -117,7 +131,10 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeError,
     direct_client,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
+    cluster_security,
+    plan_backup,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import verification_state
 
 ARGUMENT_SPEC = {
@@ -132,13 +149,23 @@ def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     p = module.params
     try:
-        backup = direct_client().get(API_VERSION, "EtcdBackup", p["name"], p["namespace"])
+        client = direct_client()
+        backup = client.get(API_VERSION, "EtcdBackup", p["name"], p["namespace"])
     except (KubeError, KubeConfigError) as exc:
         module.fail_json(msg=f"cannot read EtcdBackup {p['namespace']}/{p['name']}: {exc}")
     if backup is None:
         module.exit_json(changed=False, exists=False)
     plan = plan_backup(backup, p["cluster_domain"], p["client_port"])
     plan.update(verification_state(backup))
+    cluster = None
+    if plan["cluster_name"] and plan["phase"] != "Completed" and not plan["deleting"]:
+        try:
+            cluster = client.get(API_VERSION, "EtcdCluster", plan["cluster_name"], p["namespace"])
+        except KubeError as exc:
+            module.fail_json(
+                msg=f"cannot read EtcdCluster {p['namespace']}/{plan['cluster_name']}: {exc}"
+            )
+    plan.update(cluster_security(cluster))
     module.exit_json(changed=False, exists=True, **plan)
 
 

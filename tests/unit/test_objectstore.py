@@ -242,6 +242,24 @@ def test_backup_plan_for_a_cluster_fills_the_template():
     assert plan["credentials_secret"] == "s3"
 
 
+def test_a_backup_reads_certificates_and_passwords_only_for_clusters_that_have_them():
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
+        cluster_security,
+    )
+
+    plain = {"spec": {"replicas": 3}, "status": {"phase": "Available"}}
+    assert cluster_security(plain) == {"cluster_tls": False, "cluster_auth": False}
+    assert cluster_security(None) == {"cluster_tls": False, "cluster_auth": False}
+    tls = {"spec": {"tls": {"client": {"operatorManaged": {}}}}}
+    assert cluster_security(tls) == {"cluster_tls": True, "cluster_auth": False}
+    assert cluster_security({"spec": {"auth": {"enabled": True}}})["cluster_auth"] is True
+    # Authentication turned off in the spec is still on in etcd until the operator applies it.
+    turning_off = {"spec": {}, "status": {"auth": {"enabled": True, "specHash": "a1"}}}
+    assert cluster_security(turning_off)["cluster_auth"] is True
+    turned_off = {"spec": {}, "status": {"auth": {"enabled": False, "specHash": "b2"}}}
+    assert cluster_security(turned_off)["cluster_auth"] is False
+
+
 def test_an_interrupted_backup_keeps_its_recorded_url():
     from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
 
