@@ -12,6 +12,9 @@ description:
   - Reads the EtcdBackup from the API server and returns its phase, the endpoints to take the
     snapshot from and the object URL (its template filled in, or the URL recorded by a run that
     was interrupted).
+  - For a backup of an EtcdCluster still to take, also reads the cluster, to say whether the
+    operator's client certificate and root's password must be read first (RV(cluster_tls),
+    RV(cluster_auth)).
   - The role cannot read the object passed by ansible-operator for this, because Ansible would
     evaluate the C({{ .UID }}) placeholders of spec.destination.objectURLTemplate as Jinja;
     module results are never evaluated.
