@@ -597,10 +597,7 @@ class Soak:
         else:
             record["injected"] = self.now()
         time.sleep(delay)  # the random moment of the kill, chosen above
-        pods = self.cluster.operator_pods()
-        if len(pods) != 1:
-            raise RoundFailed(f"{len(pods)} operator pods, want 1")
-        pod = pods[0]
+        pod = self.one_ready_operator_pod()
         if how == "crash":
             faults.crash_pod(OPERATOR_NAMESPACE, pod["metadata"]["name"])
         else:
@@ -618,6 +615,24 @@ class Soak:
             return problems
 
         return evidence
+
+    def one_ready_operator_pod(self, timeout: float = 60) -> dict:
+        """The operator's one pod, once it is ready: only a running operator can be killed, and
+        a pod the API server has just made may not have reached its node agent yet (CI once
+        found the operator's new pod there 10 s after the API server had it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pods = self.cluster.operator_pods()
+            if len(pods) == 1 and ready(pods[0]):
+                return pods[0]
+            if time.monotonic() > deadline:
+                seen = [
+                    f"{p['metadata']['name']} ({p.get('status', {}).get('phase')}, "
+                    f"{'ready' if ready(p) else 'not ready'})"
+                    for p in pods
+                ]
+                raise RoundFailed(f"want 1 ready operator pod after {timeout:.0f} s, saw {seen}")
+            time.sleep(0.5)
 
     def inject_defragment(self, record: dict):
         """Every member defragmented on request while the workload runs (one at a time, the

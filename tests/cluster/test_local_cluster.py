@@ -297,7 +297,13 @@ def test_unknown_image_waits_with_err_image_pull(local_cluster, namespace):
         )
         return statuses and statuses[0]["state"].get("waiting", {}).get("reason")
 
-    assert wait_until("an ErrImagePull waiting state", waiting_reason, timeout=30) == "ErrImagePull"
+    # A kubelet may say ContainerCreating first (volumes are set up before the image is
+    # looked at; CI once saw it first under load): the pod must come to ErrImagePull.
+    wait_until("an ErrImagePull waiting state", lambda: waiting_reason() == "ErrImagePull", 60)
+    status = local_cluster.get("pod", "ghost", namespace)["status"]
+    assert status["phase"] == "Pending"
+    waiting = status["containerStatuses"][0]["state"]["waiting"]
+    assert "not in the node agent's image map" in waiting["message"], waiting
 
 
 def test_fault_injection_cuts_and_heals_traffic(local_cluster, namespace):
