@@ -94,7 +94,7 @@ def roll_config(ctx: PlanContext, for_space: bool = False) -> Step | None:
         return None
     down = [n for n in stale if not members[n].get("healthy")]
     if down:
-        return _restart_down_member(ctx, down[0], wanted, count)
+        return _restart_down_member(ctx, down[0], final, wanted, count)
     if not ctx.etcd.get("healthy") or (space_recovery_first(ctx) and not for_space):
         return None
     waiting = restart_gate(
@@ -171,6 +171,8 @@ def new_member_peer_scheme(ctx: PlanContext) -> str | None:
 
 
 def _stage_note(ctx: PlanContext, name: str, final: dict, wanted: dict) -> str:
+    """What this restart changes beyond the configuration, for its Event: the stage of a TLS
+    change, the peer URLs etcd lists the member with moving to another scheme, a new CA."""
     running = (ctx.live_peers.get(name) or {}).get("tls") or {}
     target = wanted.get("tls") or {}
     notes = []
@@ -185,8 +187,10 @@ def _stage_note(ctx: PlanContext, name: str, final: dict, wanted: dict) -> str:
             ", first with the peer certificate while still serving peers plain HTTP (peer TLS "
             "is turned on in two rolling restarts)"
         )
-    running_scheme, target_scheme = schemes(running)["peer_scheme"], schemes(target)["peer_scheme"]
-    if running_scheme != target_scheme:
+    # From the URLs etcd lists, not the EtcdPeer's configuration: a restart planned again (its
+    # pod not replaced yet, or the member down) still moves them.
+    if peer_urls_in_scheme(ctx.by_peer.get(name), wanted):
+        target_scheme = schemes(target)["peer_scheme"]
         turning = "on" if target_scheme == "https" else "off"
         notes.append(f", its peer URLs moved to {target_scheme} (peer TLS is turned {turning})")
     if notes:
@@ -251,7 +255,9 @@ def _wait_for(ctx: PlanContext, name: str, count: str) -> Step:
     )
 
 
-def _restart_down_member(ctx: PlanContext, name: str, wanted: dict, count: str) -> Step | None:
+def _restart_down_member(
+    ctx: PlanContext, name: str, final: dict, wanted: dict, count: str
+) -> Step | None:
     """An out-of-date member that is down: restarting it costs nothing when every other member
     is healthy; else the wait for members is reported as usual."""
     others = [m for n, m in ctx.by_peer.items() if n != name and not m.get("is_learner")]
@@ -263,8 +269,8 @@ def _restart_down_member(ctx: PlanContext, name: str, wanted: dict, count: str) 
         ctx,
         name,
         wanted,
-        f"restarting member {name}, which is down, onto the configuration of {CONFIG_FIELDS} "
-        f"({count})",
+        f"restarting member {name}, which is down, onto the configuration of {CONFIG_FIELDS}"
+        f"{_stage_note(ctx, name, final, wanted)} ({count})",
         "",
     )
 

@@ -130,3 +130,24 @@ def test_a_member_added_before_every_member_has_the_certificate_serves_peers_pla
     # Once every member has it, a new member serves TLS at once.
     observed["peers"] = [peer(i, {"peer": PEER}) for i in range(3)]
     assert "peer_scheme" not in plan(observed)
+
+
+def test_the_event_says_the_peer_urls_move_whenever_etcd_still_lists_them_in_the_old_scheme():
+    """CI saw one of four RollingRestart Events lack the move under load: the note compared the
+    member's EtcdPeer, which may already ask for https, instead of what etcd lists."""
+    final = config_of({"peer": PEER})
+    members = [member(i, leader=i == 0) for i in range(3)]
+    # c-2's EtcdPeer already asks for TLS (an earlier reconcile got that far), its pod not yet.
+    peers = [peer(i, {"peer": PEER}) for i in range(3)]
+    pods = {f"c-{i}": pod(i, config=peers[i]["config_hash"]) for i in range(2)}
+    pods["c-2"] = pod(2)
+    step = plan(observation(peers, members, pods, config=final))
+    assert (step["action"], step["peer"]) == ("restart_member", "c-2"), step
+    assert "peer URLs moved to https (peer TLS is turned on)" in step["message"], step
+
+    # The same member down: restarted at once, and its Event says so too.
+    members[2] = member(2, healthy=False)
+    step = plan(observation(peers, members, pods, config=final))
+    assert (step["action"], step["peer"]) == ("restart_member", "c-2"), step
+    assert "which is down" in step["message"], step
+    assert "peer URLs moved to https (peer TLS is turned on)" in step["message"], step
