@@ -209,13 +209,19 @@ def default_spreading(cluster):
     """The members' pod anti-affinity when spec.podTemplate sets no scheduling of its own:
     preferred, not required, so that a cluster with fewer nodes than members still starts (the
     status warns, qk_report's MembersSpread condition)."""
+    return spreading_apart({CLUSTER_LABEL: cluster})
+
+
+def spreading_apart(match_labels):
+    """A preferred anti-affinity keeping the pods ``match_labels`` selects on separate nodes,
+    then zones (SPREAD_TOPOLOGY_KEYS)."""
     return {
         "podAntiAffinity": {
             "preferredDuringSchedulingIgnoredDuringExecution": [
                 {
                     "weight": weight,
                     "podAffinityTerm": {
-                        "labelSelector": {"matchLabels": {CLUSTER_LABEL: cluster}},
+                        "labelSelector": {"matchLabels": dict(match_labels)},
                         "topologyKey": key,
                     },
                 }

@@ -20,9 +20,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods i
     snapshot_volumes,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
+    default_spreading,
     owner_reference,
     render_pvc,
     render_replicaset,
+    spreading_apart,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore import (
     RESTORE_KEY,
@@ -82,6 +84,12 @@ def render_restore_pod(
     namespace, uid = meta["namespace"], meta["uid"]
     member = restore_flags(peer_name, namespace, spec, settings)
     flags = member["flags"]
+    scheduling = member["scheduling"]
+    if scheduling.get("affinity") == default_spreading(spec["clusterName"]):
+        # The members' own anti-affinity repels member pods, of which a restore has none yet:
+        # its restore pods repel each other instead. Where they run, their volumes are bound
+        # (WaitForFirstConsumer) and the restored members stay: spread as created ones are.
+        scheduling = {**scheduling, "affinity": spreading_apart({RESTORE_KEY: uid})}
     argv, env = etcd_tool(spec["version"])
     container = {
         "name": "restore",
@@ -128,7 +136,7 @@ def render_restore_pod(
             ],
             "containers": [container],
             "volumes": [*member["volumes"], *snapshot_volumes(credentials_secret, object_url)],
-            **member["scheduling"],
+            **scheduling,
         },
     }
 

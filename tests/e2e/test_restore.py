@@ -139,7 +139,13 @@ def test_restore_from_a_backup_into_a_new_cluster_that_scales(
     assert status["sha256"] == backup["sha256"] and status["objectURL"] == backup["objectURL"]
     assert status["startTime"] <= status["completionTime"]
     restored = cluster_named("restored")
-    restored.wait_available(3, timeout=60)
+    restored_status = restored.wait_available(3, timeout=60)
+    # Spread as a created cluster is: the restore pods placed the volumes, and so the members.
+    nodes = {
+        m["name"]: restored.pod_of(m["name"])["spec"]["nodeName"]
+        for m in restored_status["members"]
+    }
+    assert len(set(nodes.values())) == 3, f"the local cluster has 3 nodes: {nodes}"
     assert keyspace(restored) == source_keys
     assert revision(restored) == stored_revision
     cluster = restored.get()

@@ -3,6 +3,7 @@ it observes, and the objects a restore creates."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -518,6 +519,32 @@ def test_restore_pod_restores_with_the_members_own_flags():
     assert "etcd.quorumkeeper.dev/cluster" not in meta["labels"]
     assert meta["ownerReferences"][0]["uid"] == UID
     assert meta["ownerReferences"][0]["kind"] == "EtcdRestore"
+
+
+def test_restore_pods_are_spread_apart_as_the_members_would_be():
+    """Where a restore pod runs, its member's volume is bound and the restored member stays:
+    the members' default anti-affinity selects member pods, of which there are none yet, so the
+    restore pods of one restore repel each other instead (the benchmark once found two of three
+    restored members on one node). Scheduling the user sets is the user's."""
+    for member in members():
+        pod_obj = render_restore_pod(
+            restore_obj(), member["name"], member["spec"], SETTINGS, IMAGE, URL, SHA, "s"
+        )
+        terms = pod_obj["spec"]["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        selectors = {json.dumps(t["podAffinityTerm"]["labelSelector"]) for t in terms}
+        assert selectors == {json.dumps({"matchLabels": {RESTORE_KEY: UID}})}
+        assert [t["podAffinityTerm"]["topologyKey"] for t in terms] == [
+            "kubernetes.io/hostname",
+            "topology.kubernetes.io/zone",
+        ]
+        assert pod_obj["metadata"]["labels"][RESTORE_KEY] == UID
+
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    spec = {**members()[0]["spec"], "podTemplate": {"affinity": own}}
+    pod_obj = render_restore_pod(restore_obj(), "c-0", spec, SETTINGS, IMAGE, URL, SHA, "s")
+    assert pod_obj["spec"]["affinity"] == own
 
 
 def test_etcd_hashes_the_snapshot_again_unless_it_checked_these_very_bytes():
