@@ -6,12 +6,21 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "hack" / "toolchain"))
 import manifest as toolchain_manifest  # noqa: E402 - hack/toolchain/manifest.py
+
+if str(ROOT / "collections") not in sys.path:
+    sys.path.append(str(ROOT / "collections"))
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (  # noqa: E402
+    KubeClient,
+    KubeError,
+)
 
 # Always the qualified resources: other etcd operators name their kind EtcdCluster too, and with
 # one of their CRDs installed a bare "etcdcluster" may resolve to theirs.
@@ -51,13 +60,133 @@ def wait_until(description: str, predicate, timeout: float = 60.0, interval: flo
         time.sleep(interval)
 
 
+class ApiReader:
+    """What `kubectl get NAME -o json` returns, read from the API server over a kept connection
+    (one a thread): the tests poll objects thousands of times a run, and a kubectl process
+    costs about 50 ms of CPU each time (a quarter of a test run's CPU went to them; CI's machine
+    has 2 cores). Resolves kubectl's resource names (plural, singular, short name, kind, each
+    optionally .group or .version.group) from API discovery, as kubectl does; None for a name it
+    cannot resolve to exactly one resource, which the caller then leaves to kubectl."""
+
+    def __init__(self, kubeconfig: Path):
+        self.kubeconfig = kubeconfig
+        self.local = threading.local()
+        self.lock = threading.Lock()
+        self.table: list[dict] | None = None
+        self.discovered = 0.0
+
+    def client(self, fresh: bool = False) -> KubeClient:
+        client = getattr(self.local, "client", None)
+        if client is None or fresh:
+            if client is not None:
+                client.close()
+            client = self.local.client = KubeClient.from_kubeconfig(str(self.kubeconfig))
+        return client
+
+    def request(self, path: str, query: dict | None = None):
+        try:
+            return self.client().request("GET", path, query=query)
+        except KubeError as error:
+            if error.status not in (0, 401):
+                raise
+        # The cluster restarted (a new connection, or a new client certificate): once more.
+        return self.client(fresh=True).request("GET", path, query=query)
+
+    def discover(self) -> list[dict]:
+        resources = []
+
+        def add(group: str, version: str, listing: dict, preferred: bool):
+            for r in listing.get("resources") or []:
+                if "/" in r["name"] or "get" not in (r.get("verbs") or []):
+                    continue
+                names = {r["name"], r.get("singularName") or "", r["kind"].lower()}
+                names |= set(r.get("shortNames") or [])
+                resources.append(
+                    {
+                        "group": group,
+                        "version": version,
+                        "preferred": preferred,
+                        "plural": r["name"],
+                        "kind": r["kind"],
+                        "names": names - {""},
+                        "namespaced": bool(r.get("namespaced")),
+                    }
+                )
+
+        add("", "v1", self.request("/api/v1"), True)
+        for group in self.request("/apis").get("groups") or []:
+            preferred = group["preferredVersion"]["version"]
+            for entry in group.get("versions") or []:
+                version = entry["version"]
+                try:
+                    listing = self.request(f"/apis/{group['name']}/{version}")
+                except KubeError:
+                    continue  # an aggregated API that is down (OLM's packageserver starting)
+                add(group["name"], version, listing, version == preferred)
+        return resources
+
+    def resolve(self, kind: str) -> dict | None:
+        for attempt in (1, 2):
+            with self.lock:
+                # Again for a name not found (a CRD created since), at most every 2 s.
+                stale = attempt == 2 and time.monotonic() - self.discovered > 2
+                if self.table is None or stale:
+                    self.table, self.discovered = self.discover(), time.monotonic()
+                table = self.table
+            name, _, qualifier = kind.lower().partition(".")
+            found = [r for r in table if name in r["names"]]
+            if qualifier:  # NAME.GROUP, or NAME.VERSION.GROUP
+                version, _, group = qualifier.partition(".")
+                exact = [r for r in found if (r["version"], r["group"]) == (version, group)]
+                found = exact or [r for r in found if r["group"] == qualifier and r["preferred"]]
+            else:
+                found = [r for r in found if r["preferred"]]
+                # kubectl prefers the core group (events: v1's, not events.k8s.io's).
+                found = [r for r in found if r["group"] == ""] or found
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                return None
+        return None
+
+    def get(self, kind: str, name: str | None, namespace: str | None, selector: str | None):
+        """The object or the List kubectl prints; None when kubectl should answer instead.
+        Raises KubeError as the API server answers (404 for a missing object)."""
+        if "," in kind or "/" in kind:
+            return None
+        resource = self.resolve(kind)
+        if resource is None:
+            return None
+        prefix = (
+            f"/apis/{resource['group']}/{resource['version']}" if resource["group"] else "/api/v1"
+        )
+        path = prefix
+        if resource["namespaced"]:
+            path += "/namespaces/" + urllib.parse.quote(namespace or "default", safe="")
+        path += "/" + resource["plural"]
+        if name:
+            return self.request(path + "/" + urllib.parse.quote(name, safe=""))
+        listing = self.request(path, {"labelSelector": selector} if selector else None)
+        api_version = listing.get("apiVersion") or resource["version"]
+        item_kind = resource["kind"]
+        items = [{"apiVersion": api_version, "kind": item_kind, **i} for i in listing["items"]]
+        return {
+            "apiVersion": "v1",
+            "items": items,
+            "kind": "List",
+            "metadata": {"resourceVersion": ""},
+        }
+
+
 class Kube:
-    """kubectl against one kubeconfig, with JSON in and out."""
+    """kubectl against one kubeconfig, with JSON in and out (reads straight from the API
+    server: ApiReader)."""
 
     def __init__(self, kubeconfig: Path):
         self.kubeconfig = kubeconfig
         manifest = json.loads((CACHE / "toolchain.json").read_text())
         self.binary = str(Path(manifest["kubernetes"]) / "kubectl")
+        self.reader = ApiReader(kubeconfig)
 
     def run(self, *args: str, stdin: str | None = None, check: bool = True, timeout: float = 120):
         return subprocess.run(
@@ -86,9 +215,25 @@ class Kube:
             args += ["-n", namespace]
         if selectors.get("selector"):
             args += ["-l", selectors["selector"]]
+        try:
+            found = self.reader.get(kind, name, namespace, selectors.get("selector"))
+        except KubeError as error:
+            # As kubectl says it, for the tests that read its message.
+            raise AssertionError(
+                f"kubectl {' '.join(args)} failed: Error from server ({error.reason}): "
+                f"{error.message}"
+            ) from error
+        if found is not None:
+            return found
         return json.loads(self(*args, "-o", "json"))
 
     def exists(self, kind: str, name: str, namespace: str | None = None) -> bool:
+        try:
+            found = self.reader.get(kind, name, namespace, None)
+        except KubeError:
+            return False
+        if found is not None:
+            return True
         args = ["get", kind, name] + (["-n", namespace] if namespace else [])
         return self.run(*args, check=False).returncode == 0
 

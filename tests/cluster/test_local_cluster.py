@@ -344,3 +344,63 @@ def test_stopped_node_agent_makes_the_node_not_ready_and_restart_heals_it(local_
     finally:
         faults.start_node(node)
     wait_until(f"{node} Ready again", lambda: ready_status() == "True", timeout=60)
+
+
+# kubectl's names for what the tests read, each in every form they use (plural, singular,
+# short, kind, .group, .version.group).
+NAMESPACED_NAMES = [
+    "configmaps", "configmap", "cm", "ConfigMap", "serviceaccounts", "sa", "pods", "po", "events",
+    "deployment", "deployments.apps", "deployments.v1.apps", "leases.coordination.k8s.io", "pvc",
+    "secrets",
+]  # fmt: skip
+CLUSTER_NAMES = ["nodes", "node", "no", "namespaces", "ns", "crd", "storageclasses.storage.k8s.io"]
+
+
+def test_reads_from_the_api_server_are_what_kubectl_prints(local_cluster, namespace):
+    """Kube.get reads straight from the API server (kubehelpers.ApiReader) instead of starting
+    kubectl: the same objects, kinds and apiVersions as `kubectl get -o json`, and kubectl's
+    own message for a missing object. Other tests change the cluster meanwhile: what is compared
+    in full is this test's own namespace; of the cluster-wide kinds, the shape and the objects
+    that stay."""
+    for i in range(3):
+        local_cluster.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": f"cm-{i}", "labels": {"reader": "odd" if i % 2 else "even"}},
+            },
+            namespace=namespace,
+        )
+
+    def shape(listing):
+        items = sorted(
+            (i["apiVersion"], i["kind"], i["metadata"]["name"]) for i in listing["items"]
+        )
+        return listing["kind"], listing["apiVersion"], items
+
+    for name in NAMESPACED_NAMES:
+        read = local_cluster.reader.get(name, None, namespace, None)
+        assert read is not None, f"{name} left to kubectl"
+        assert shape(read) == shape(
+            json.loads(local_cluster("get", name, "-n", namespace, "-o", "json"))
+        ), name
+    for name in CLUSTER_NAMES:
+        read = local_cluster.reader.get(name, None, None, None)
+        printed = json.loads(local_cluster("get", name, "-o", "json"))
+        assert shape(read)[:2] == shape(printed)[:2], name
+        kinds = {(i["apiVersion"], i["kind"]) for i in read["items"] + printed["items"]}
+        assert len(kinds) <= 1, (name, kinds)  # none for crd on a cluster without CRDs
+    nodes = {n["metadata"]["name"] for n in local_cluster.get("nodes")["items"]}
+    assert {"node-1", "node-2", "node-3"} <= nodes
+    assert namespace in {n["metadata"]["name"] for n in local_cluster.get("ns")["items"]}
+    odd = local_cluster.get("cm", namespace=namespace, selector="reader=odd")
+    assert [c["metadata"]["name"] for c in odd["items"]] == ["cm-1"]
+    assert local_cluster.get("configmap", "cm-2", namespace)["metadata"]["labels"] == {
+        "reader": "even"
+    }
+    with pytest.raises(AssertionError, match=r'Error from server \(NotFound\): pods "nope"'):
+        local_cluster.get("pod", "nope", namespace)
+    assert local_cluster.exists("namespace", namespace)
+    assert not local_cluster.exists("pod", "nope", namespace)
+    # A list of kinds is kubectl's to read.
+    assert local_cluster.reader.get("pods,pvc", None, None, None) is None
