@@ -1,7 +1,7 @@
 """EtcdBackupSchedule through the deployed operator: backups every 10 s of a live cluster into a
 real S3 server (moto on the host, reached by the operator's pod over the cluster network),
 pruned to the last two with their objects; suspend stops new ones; a restarted operator picks
-the schedule up again."""
+the schedule up again (alone: the only part that needs the operator to itself)."""
 
 from __future__ import annotations
 
@@ -71,9 +71,8 @@ def stays(description, predicate, seconds, interval=1.0):
         time.sleep(interval)
 
 
-# Restarts the operator every other test relies on.
-@pytest.mark.exclusive
-def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster, s3, s3_port):
+def start_schedule(etcd_cluster, s3_port):
+    """A cluster of one holding /scheduled, and the schedule "often" backing it up every 10 s."""
     kube, ns = etcd_cluster.kube, etcd_cluster.namespace
     etcd_cluster.create(1)
     etcd_cluster.wait_available(1)
@@ -81,7 +80,12 @@ def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster,
     kube.apply(credentials_secret(), namespace=ns)
     destination = {"objectURLTemplate": object_url(BUCKET, s3_port), "credentialsSecret": SECRET}
     kube.apply(schedule_manifest(destination), namespace=ns)
-    schedule = Schedule(kube, ns, "often")
+    return Schedule(kube, ns, "often")
+
+
+def test_schedule_makes_backups_prunes_them_and_suspends(etcd_cluster, s3, s3_port):
+    ns = etcd_cluster.namespace
+    schedule = start_schedule(etcd_cluster, s3_port)
 
     # Every backup ever seen, by name, so that pruned ones can be checked for their objects.
     seen = {}
@@ -147,12 +151,29 @@ def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster,
         seconds=25,
     )
 
-    # Resumed, then the operator restarted: the schedule goes on from where it was.
+    # Resumed: the schedule goes on from where it was.
     schedule.patch(suspend=False)
-    resumed = wait_until(
+    wait_until(
         "a backup after resuming",
-        lambda: (s := schedule.status().get("lastScheduleTime")) and s > suspended_at and s,
+        lambda: schedule.status().get("lastScheduleTime", "") > suspended_at,
         timeout=60,
+    )
+    assert etcd_cluster.value("/scheduled") == "yes"
+
+
+# Restarts the operator every other test relies on: alone, and only what needs the restart.
+@pytest.mark.exclusive
+def test_schedule_survives_an_operator_restart(etcd_cluster, s3, s3_port):
+    kube = etcd_cluster.kube
+    schedule = start_schedule(etcd_cluster, s3_port)
+    before = wait_until(
+        "a first completed backup",
+        lambda: (
+            any(phase(b) == "Completed" for b in schedule.backups())
+            and schedule.status().get("lastScheduleTime")
+        ),
+        timeout=120,
+        interval=1,
     )
     pods = kube.get(
         "pods", namespace=OPERATOR_NAMESPACE, selector="control-plane=controller-manager"
@@ -167,7 +188,7 @@ def test_schedule_makes_backups_prunes_them_and_survives_a_restart(etcd_cluster,
             for b in schedule.backups()
             if phase(b) == "Completed" and b["metadata"]["annotations"][SCHEDULED] > restarted
         ]
-        return scheduled_later and schedule.status().get("lastScheduleTime", "") > resumed
+        return scheduled_later and schedule.status().get("lastScheduleTime", "") > before
 
     wait_until("a backup scheduled after the operator restarted", completed_after_restart, 240, 2)
 
