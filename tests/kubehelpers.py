@@ -63,7 +63,7 @@ def wait_until(description: str, predicate, timeout: float = 60.0, interval: flo
 class ApiReader:
     """What `kubectl get NAME -o json` returns, read from the API server over a kept connection
     (one a thread): the tests poll objects thousands of times a run, and a kubectl process
-    costs about 50 ms of CPU each time (a quarter of a test run's CPU went to them; CI's machine
+    costs about 50 ms of CPU each time (an eighth of a test run's CPU went to them; CI's machine
     has 2 cores). Resolves kubectl's resource names (plural, singular, short name, kind, each
     optionally .group or .version.group) from API discovery, as kubectl does; None for a name it
     cannot resolve to exactly one resource, which the caller then leaves to kubectl."""
