@@ -36,7 +36,6 @@ AHZ = 100  # the ticks of acct(5)'s times
 # struct acct_v3 (linux/acct.h): flag, version, tty, exitcode, uid, gid, pid, ppid, btime,
 # etime (float, ticks), utime, stime, mem, io, rw, minflt, majflt, swaps (comp_t), comm[16].
 RECORD = struct.Struct("<BBHIIIIIIf8H16s")
-AFORK = 0x01
 
 # The part of the run a process belongs to, by the name of it or of its nearest ancestor that
 # has one of these (first match going up the tree). A pytest process's part is its lane's.
@@ -124,8 +123,7 @@ def read_records(path: Path) -> list[dict]:
     out = []
     for offset in range(0, len(data) - RECORD.size + 1, RECORD.size):
         fields = RECORD.unpack_from(data, offset)
-        flag, version = fields[0], fields[1]
-        if version != 3:
+        if fields[1] != 3:  # ac_version
             raise SystemExit(f"{path}: record {offset // RECORD.size} is not acct_v3")
         pid, ppid, btime, etime = fields[6], fields[7], fields[8], fields[9]
         utime, stime = comp_t(fields[10]), comp_t(fields[11])
@@ -138,7 +136,6 @@ def read_records(path: Path) -> list[dict]:
                 "end": btime + etime / AHZ,
                 "cpu": (utime + stime) / AHZ,
                 "comm": comm,
-                "forked": bool(flag & AFORK),
             }
         )
     return out

@@ -20,6 +20,7 @@ if str(ROOT / "collections") not in sys.path:
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (  # noqa: E402
     KubeClient,
     KubeError,
+    api_prefix,
 )
 
 # Always the qualified resources: other etcd operators name their kind EtcdCluster too, and with
@@ -157,17 +158,15 @@ class ApiReader:
         resource = self.resolve(kind)
         if resource is None:
             return None
-        prefix = (
-            f"/apis/{resource['group']}/{resource['version']}" if resource["group"] else "/api/v1"
-        )
-        path = prefix
+        group, version = resource["group"], resource["version"]
+        path = api_prefix(f"{group}/{version}" if group else version)
         if resource["namespaced"]:
             path += "/namespaces/" + urllib.parse.quote(namespace or "default", safe="")
         path += "/" + resource["plural"]
         if name:
             return self.request(path + "/" + urllib.parse.quote(name, safe=""))
         listing = self.request(path, {"labelSelector": selector} if selector else None)
-        api_version = listing.get("apiVersion") or resource["version"]
+        api_version = listing.get("apiVersion") or version
         item_kind = resource["kind"]
         items = [{"apiVersion": api_version, "kind": item_kind, **i} for i in listing["items"]]
         return {
