@@ -128,16 +128,14 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     API_VERSION,
     DEFAULT_CLIENT_PORT,
     DEFAULT_DOMAIN,
+    cluster_security,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
     KubeError,
     direct_client,
 )
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
-    cluster_security,
-    plan_backup,
-)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import plan_backup
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_verify import verification_state
 
 ARGUMENT_SPEC = {

@@ -39,6 +39,8 @@ options:
         (then from a whole new observation), instead of waiting for a requeue.
       - Neither pods finishing nor a cluster becoming Available wakes an EtcdRestore; the step
         after them starts within I(wait_interval) rather than a requeue period later.
+      - A wait that runs out without a change returns the step with C(requeue=next), so that
+        the caller looks again at once.
       - C(0) returns at once.
     type: float
     default: 0
@@ -114,7 +116,8 @@ source:
 cluster:
   description: >-
     The target EtcdCluster (exists, restore_uid, recovery (its recovery annotation), deleting,
-    available, message).
+    available, message, cluster_tls and cluster_auth (whether reading its revision needs the
+    operator's client certificate, root's password)).
   type: dict
   returned: when it exists
 pvcs:

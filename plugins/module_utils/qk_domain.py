@@ -277,6 +277,21 @@ def tolerable_failures(healthy_voters: int, voters: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
+def cluster_security(cluster: dict | None) -> dict:
+    """``{cluster_tls, cluster_auth}``: whether talking to the members of ``cluster`` (an
+    EtcdCluster object, None when it does not exist) needs the operator's client certificate
+    (``spec.tls``) and root's password (``spec.auth``, or authentication still enabled in etcd,
+    ``status.auth.enabled``, the etcdcluster role's own test). A backup, or a restore's last
+    step, of a plain cluster skips reading both: a module run each."""
+    cluster = cluster or {}
+    spec, status = cluster.get("spec") or {}, cluster.get("status") or {}
+    return {
+        "cluster_tls": bool(spec.get("tls")),
+        "cluster_auth": spec.get("auth") is not None
+        or bool((status.get("auth") or {}).get("enabled")),
+    }
+
+
 def data_lost(recorded_claim_uid: str, claim: dict | None) -> bool:
     """Whether the data a member ran on is lost: the claim it ran on (``recorded_claim_uid``, in
     its EtcdPeer's status) is gone, replaced by another claim, or being deleted. ``claim`` is a

@@ -114,8 +114,10 @@ def plan_restore(observed):
     ``none``, ``wait`` (write the status only), ``refuse`` (Failed, nothing was created),
     ``restore_volumes`` (with ``verify``: check the snapshot's bytes first), ``fail`` (delete
     what this restore created, keep failed pods), ``create_cluster`` and ``complete``.
-    ``requeue`` is ``none`` (only a change of the EtcdRestore wakes it), ``poll`` (pods or the
-    cluster are under way), ``slow`` (the named backup is still running) or ``retry``.
+    ``requeue`` is ``none`` (only a change of the EtcdRestore wakes it), ``next`` (observe again
+    at once: what the step started, restore pods or the cluster, is what the next step waits
+    for, and no event reports it), ``poll`` (pods or the cluster are under way), ``slow`` (the
+    named backup is still running) or ``retry``.
     """
     if not observed.get("exists") or observed.get("deleting"):
         return _step("none", "", "", "", "none")
@@ -141,7 +143,7 @@ def plan_restore(observed):
                 "ClusterCreated",
                 f"EtcdCluster {name} was created from the restored volumes; deleting the "
                 "restore pods",
-                "poll",
+                "next",
                 pods=[p["name"] for p in pods],
             )
         if cluster["available"]:
@@ -244,7 +246,7 @@ def plan_restore(observed):
             "Restoring",
             "RestoringVolumes",
             f"restoring {replicas} members of EtcdCluster {name} from {source['object_url']}",
-            "poll",
+            "next",
             verify=not started,
         )
 
@@ -260,7 +262,7 @@ def plan_restore(observed):
                 if observed.get("in_place")
                 else f"creating EtcdCluster {name} on their volumes"
             ),
-            "poll",
+            "next",
             pods=[p["name"] for p in pods],
         )
     under_way = sorted(

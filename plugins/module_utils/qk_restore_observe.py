@@ -17,7 +17,10 @@ from __future__ import annotations
 import re
 import time
 
-from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import CLUSTER_LABEL
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
+    CLUSTER_LABEL,
+    cluster_security,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_helper_pods import (
     container_failure,
     container_waiting,
@@ -135,7 +138,8 @@ def resolve_source(restore, backup=None, parse_url=None):
 
 
 def summarize_cluster(cluster):
-    """The target EtcdCluster: ``{exists, restore_uid, deleting, available, message}``."""
+    """The target EtcdCluster: ``{exists, restore_uid, deleting, available, message,
+    cluster_tls, cluster_auth}`` (the last two: qk_domain.cluster_security)."""
     if cluster is None:
         return {
             "exists": False,
@@ -143,6 +147,7 @@ def summarize_cluster(cluster):
             "recovery": "",
             "deleting": False,
             "available": False,
+            **cluster_security(None),
         }
     meta = cluster.get("metadata") or {}
     available = _condition(cluster, "Available")
@@ -156,6 +161,7 @@ def summarize_cluster(cluster):
         "available": available.get("status") == "True"
         and status.get("observedGeneration") == meta.get("generation"),
         "message": available.get("message") or "no status yet",
+        **cluster_security(cluster),
     }
 
 
@@ -231,7 +237,9 @@ def wait_for_next_step(observed, read, observe_again, seconds, interval, clock=t
     (``read("cluster")``: ``summarize_cluster``). That one thing is read every ``interval``
     seconds and the restore planned again with it; once the step would change, the whole
     restore is observed again (``observe_again()``), so that the step taken comes from one
-    current observation, not from a mix of old and new."""
+    current observation, not from a mix of old and new. A wait that ran its whole time without
+    a change returns the step with requeue ``next``: the reads go on at once, where a requeue
+    period would leave seconds in which nobody looks."""
     step = observed["step"]
     awaited = AWAITED.get(step["reason"]) if step["action"] == "wait" else None
     if seconds <= 0 or awaited is None or step["requeue"] != "poll":
@@ -244,4 +252,4 @@ def wait_for_next_step(observed, read, observe_again, seconds, interval, clock=t
         following = plan_restore(current)
         if (following["action"], following["reason"]) != (step["action"], step["reason"]):
             return observe_again(), round(clock() - started, 2)
-    return observed, round(clock() - started, 2)
+    return {**observed, "step": {**step, "requeue": "next"}}, round(clock() - started, 2)

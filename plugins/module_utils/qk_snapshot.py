@@ -95,21 +95,6 @@ def check_cluster(name, namespace, client=None):
         raise SnapshotSourceError(f"EtcdCluster {namespace}/{name} is being deleted")
 
 
-def cluster_security(cluster):
-    """``{cluster_tls, cluster_auth}``: whether a backup of ``cluster`` (an EtcdCluster, None when
-    it does not exist) must first read the operator's client certificate (``spec.tls``) and root's
-    password (``spec.auth``, or authentication still enabled in etcd, ``status.auth.enabled``,
-    the etcdcluster role's own test). A plain cluster's backup skips both reads, a tenth of a
-    second of its start."""
-    cluster = cluster or {}
-    spec, status = cluster.get("spec") or {}, cluster.get("status") or {}
-    return {
-        "cluster_tls": bool(spec.get("tls")),
-        "cluster_auth": spec.get("auth") is not None
-        or bool((status.get("auth") or {}).get("enabled")),
-    }
-
-
 def secret_data(secret):
     """The decoded ``data`` of a Secret object (qk_kube.secret_data, in this module's error)."""
     try:

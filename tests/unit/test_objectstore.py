@@ -243,7 +243,7 @@ def test_backup_plan_for_a_cluster_fills_the_template():
 
 
 def test_a_backup_reads_certificates_and_passwords_only_for_clusters_that_have_them():
-    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_snapshot import (
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
         cluster_security,
     )
 

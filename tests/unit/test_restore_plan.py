@@ -177,8 +177,20 @@ def test_cluster_summary_requires_the_current_generation_to_be_available():
         "deleting": False,
         "available": True,
         "message": "3 of 3",
+        "cluster_tls": False,
+        "cluster_auth": False,
     }
     assert summarize_cluster(None)["exists"] is False
+
+
+def test_cluster_summary_says_whether_its_revision_needs_a_certificate_or_a_password():
+    # The restore's last step reads the certificate and the password only when they exist.
+    secured = {"metadata": {}, "spec": {"tls": {"client": {}}, "auth": {"enabled": True}}}
+    assert summarize_cluster(secured)["cluster_tls"] is True
+    assert summarize_cluster(secured)["cluster_auth"] is True
+    auth_still_on = {"metadata": {}, "spec": {}, "status": {"auth": {"enabled": True}}}
+    assert summarize_cluster(auth_still_on)["cluster_auth"] is True
+    assert summarize_cluster(auth_still_on)["cluster_tls"] is False
 
 
 def pvc(name, labels=None, restore_uid=None, deleting=False):
@@ -320,7 +332,8 @@ def test_a_failure_that_can_be_fixed_is_tried_again():
 def test_first_step_checks_the_snapshot_and_restores_the_volumes():
     step = plan_restore(observed())
     assert (step["action"], step["phase"], step["verify"]) == ("restore_volumes", "Restoring", True)
-    assert step["requeue"] == "poll"
+    # What it starts, the restore pods, is what the next step waits for: look again at once.
+    assert step["requeue"] == "next"
 
 
 def test_an_existing_cluster_is_refused_without_touching_anything():
@@ -438,6 +451,8 @@ def test_all_members_restored_creates_the_cluster():
     )
     assert (step["action"], step["phase"]) == ("create_cluster", "Restoring")
     assert len(step["pods"]) == 3
+    # The cluster it creates becoming Available is what the next step waits for.
+    assert step["requeue"] == "next"
 
 
 def test_our_cluster_leftover_pods_are_deleted_then_it_is_waited_for_then_completed():
@@ -445,9 +460,13 @@ def test_our_cluster_leftover_pods_are_deleted_then_it_is_waited_for_then_comple
     leftover = plan_restore(
         observed(cluster=our_cluster(), pvcs=claims, pods=pods(("c-0", "Succeeded")))
     )
-    assert leftover["action"] == "create_cluster"
+    assert (leftover["action"], leftover["requeue"]) == ("create_cluster", "next")
     waiting = plan_restore(observed(phase="Restoring", cluster=our_cluster(), pvcs=claims))
-    assert (waiting["action"], waiting["reason"]) == ("wait", "WaitingForCluster")
+    assert (waiting["action"], waiting["reason"], waiting["requeue"]) == (
+        "wait",
+        "WaitingForCluster",
+        "poll",
+    )
     done = plan_restore(observed(phase="Restoring", cluster=our_cluster(True), pvcs=claims))
     assert (done["action"], done["phase"]) == ("complete", "Completed")
 

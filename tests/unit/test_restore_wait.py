@@ -111,8 +111,10 @@ def test_no_change_returns_the_observation_as_it_was_after_the_time_given(clock)
     start = restoring("Running", "Pending", "Running")
     reads = Reads([start["pods"]])
     result, waited = wait_for_next_step(start, reads, pytest.fail, 3, 0.25, clock)
-    assert result is start and waited == 3
-    assert len(reads.asked) == 12
+    assert waited == 3 and len(reads.asked) == 12
+    # The same observation and step, to be looked at again at once rather than after a period.
+    assert {**result, "step": start["step"]} == start
+    assert start["step"]["requeue"] == "poll" and result["step"]["requeue"] == "next"
 
 
 @pytest.mark.parametrize(
