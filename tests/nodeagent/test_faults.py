@@ -88,6 +88,22 @@ def test_crash_pod_kills_the_process_group(state):
     assert faults.crash_pod("ns", "p", state=root) == [other.pid]
 
 
+def test_a_running_pod_without_pod_json_is_crashed_by_its_hostname(state, monkeypatch):
+    root, spawn = state
+    write_pod(root, "node-1", "ns", "other", {"c": 0})
+    env = {**os.environ, "HOSTNAME": "orphan-7f9c-x2"}
+    pod = spawn(["sleep", "60"], env=env)
+    bystander = spawn(["sleep", "60"], env={**os.environ, "HOSTNAME": "orphan-7f9c-x20"})
+    find_pod = faults.find_pod
+    monkeypatch.setattr(faults, "find_pod", lambda *a, **kw: find_pod(*a, **kw, wait_seconds=0))
+    assert faults.crash_pod("ns", "orphan-7f9c-x2", state=root) == [pod.pid]
+    pod.wait(timeout=5)
+    assert _alive(bystander.pid)
+    # One container asked for by name: without pod.json nothing says which group it is.
+    with pytest.raises(faults.FaultError, match="not known"):
+        faults.crash_pod("ns", "orphan-7f9c-x2", container="etcd", state=root)
+
+
 def test_unknown_pod_and_container(state):
     root, _ = state
     write_pod(root, "node-1", "ns", "p", {"c": 0})
