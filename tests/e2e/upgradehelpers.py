@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from datetime import UTC, datetime
 
 from kubehelpers import wait_until
 
@@ -27,6 +28,7 @@ class AckedWriter:
         self.prefix, self.retry_for, self.pause = prefix, retry_for, pause
         self.acknowledged: dict[str, str] = {}
         self.failed: list[tuple[str, str]] = []
+        self.failed_at: dict[str, str] = {}  # key: when its write gave up (UTC, to read logs by)
         self.retried = 0
         self.longest = 0.0
         self.stop_event = threading.Event()
@@ -97,6 +99,7 @@ class AckedWriter:
                         plain_first = self.tls is not None and secure
                         if time.monotonic() - started >= self.retry_for:
                             self.failed.append((key, error))
+                            self.failed_at[key] = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
                             break
                         self.retried += 1
                         await asyncio.sleep(0.05)
@@ -131,7 +134,7 @@ class AckedWriter:
             "retried_attempts": self.retried,
             "longest_write_seconds": round(self.longest, 3),
             "acknowledged_by_scheme": dict(self.by_scheme),
-            "first_failures": self.failed[:5],
+            "first_failures": [(k, self.failed_at[k], e) for k, e in self.failed[:5]],
         }
 
     def window(self, first: int, last: int) -> dict:
