@@ -27,8 +27,8 @@ class AckedWriter:
         self.target = endpoint.split("://", 1)[-1]
         self.prefix, self.retry_for, self.pause = prefix, retry_for, pause
         self.acknowledged: dict[str, str] = {}
-        self.failed: list[tuple[str, str]] = []
-        self.failed_at: dict[str, str] = {}  # key: when its write gave up (UTC, to read logs by)
+        # (key, when its write gave up in UTC, to read the logs by, the last error)
+        self.failed: list[tuple[str, str, str]] = []
         self.retried = 0
         self.longest = 0.0
         self.stop_event = threading.Event()
@@ -98,8 +98,8 @@ class AckedWriter:
                         # With a certificate, the next attempt goes over the other scheme.
                         plain_first = self.tls is not None and secure
                         if time.monotonic() - started >= self.retry_for:
-                            self.failed.append((key, error))
-                            self.failed_at[key] = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+                            when = datetime.now(UTC).strftime("%H:%M:%S.%f")[:-3]
+                            self.failed.append((key, when, error))
                             break
                         self.retried += 1
                         await asyncio.sleep(0.05)
@@ -134,7 +134,7 @@ class AckedWriter:
             "retried_attempts": self.retried,
             "longest_write_seconds": round(self.longest, 3),
             "acknowledged_by_scheme": dict(self.by_scheme),
-            "first_failures": [(k, self.failed_at[k], e) for k, e in self.failed[:5]],
+            "first_failures": self.failed[:5],
         }
 
     def window(self, first: int, last: int) -> dict:
@@ -145,7 +145,7 @@ class AckedWriter:
             return int(key[len(self.prefix) :])
 
         acknowledged = sum(1 for k in self.acknowledged if first <= number(k) <= last)
-        failed = [(k, e) for k, e in self.failed if first <= number(k) <= last]
+        failed = [f for f in self.failed if first <= number(f[0]) <= last]
         attempted = acknowledged + len(failed)
         return {
             "attempted": attempted,
