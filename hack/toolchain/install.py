@@ -47,9 +47,9 @@ DEBIAN_PACKAGES = {
     "/usr/bin/nsenter": "util-linux",
     "/usr/bin/openssl": "openssl",
 }
-# The highest `go` line of the wrapper modules: OLM v0.46.0 and opm v1.73.0 need 1.26.3 (etcd
-# 1.26.0, ansible-operator-plugins 1.25.7).
-MINIMUM_GO = (1, 26, 3)
+# The highest `go` line of the wrapper modules: Prometheus v0.316.0 and the Prometheus operator's
+# module need 1.26.7 (OLM and opm 1.26.3, the rest 1.26.0).
+MINIMUM_GO = (1, 26, 7)
 
 KUBERNETES_COMMANDS = [
     "kube-apiserver",
@@ -91,10 +91,15 @@ GO_BUILD_ENV = {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
 def go_build(
     wrapper: Path, out_dir: Path, targets: dict[str, str], ldflags: str = "", tags: str = ""
 ) -> None:
-    """Build each `name -> package` of a wrapper module into out_dir; mark the dir complete."""
-    if (out_dir / COMPLETE).exists():
+    """Build each `name -> package` of a wrapper module into out_dir; mark the dir complete with
+    what it was built from (the wrapper's go.mod, go.sum and Go files, the flags), so that a
+    dependency raised in a wrapper (align.py) rebuilds it though its version did not change."""
+    inputs = f"inputs {source_digest(wrapper)} {build_digest(targets, ldflags, tags)}"
+    stamp = out_dir / COMPLETE
+    if stamp.exists() and stamp.read_text().split("\n", 1)[0] == inputs:
         return
     out_dir.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
     started = time.monotonic()
     for name, package in targets.items():
         log(f"building {package} -> {out_dir / name}")
@@ -104,16 +109,24 @@ def go_build(
         if tags:
             cmd += ["-tags", tags]
         run(cmd + [package], cwd=wrapper, env=GO_BUILD_ENV)
-    (out_dir / COMPLETE).write_text(f"built in {time.monotonic() - started:.0f}s\n")
+    # -mod=mod may have completed go.sum: the stamp names the inputs as the build left them.
+    inputs = f"inputs {source_digest(wrapper)} {build_digest(targets, ldflags, tags)}"
+    stamp.write_text(f"{inputs}\nbuilt in {time.monotonic() - started:.0f}s\n")
+
+
+def build_digest(targets: dict[str, str], ldflags: str, tags: str) -> str:
+    flags = [*GO_BUILD_FLAGS, *sorted(GO_BUILD_ENV.items()), ldflags, tags]
+    flags += sorted(targets.items())
+    return hashlib.sha256(repr(flags).encode()).hexdigest()[:12]
 
 
 def check_go() -> None:
     if not shutil.which("go"):
-        raise SystemExit("[install] Go is required (>= 1.26.3); install it from go.dev/dl")
+        raise SystemExit("[install] Go is required (>= 1.26.7); install it from go.dev/dl")
     version = run(["go", "env", "GOVERSION"]).strip().removeprefix("go")
     parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
     if parts < MINIMUM_GO:
-        raise SystemExit(f"[install] Go {version} is too old: the wrapper modules need >= 1.26.3")
+        raise SystemExit(f"[install] Go {version} is too old: the wrapper modules need >= 1.26.7")
 
 
 def install_debian_packages() -> None:

@@ -1,0 +1,62 @@
+"""The toolchain's Go modules resolve one version of every dependency they share (align.py), so
+that Go's build cache compiles a shared package once for all of them; and a Go build is stamped
+with what it was built from, so that a raised dependency rebuilds it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "hack" / "toolchain"))
+
+import align  # noqa: E402
+import install  # noqa: E402
+
+
+def test_versions_are_ordered_as_go_orders_them():
+    ordered = [
+        "v0.0.0-20210331224755-41bb18bfe9da",
+        "v0.0.0-20241129210726-2c02b8208cf8",
+        "v1.1.1",
+        "v1.1.2-0.20180830191138-d8f796af33cc",
+        "v1.1.2",
+        "v1.36.12-0.20260120151049-f2248ac996af",
+        "v1.36.12",
+        "v2.0.0+incompatible",
+        "v10.0.0",
+    ]
+    assert sorted(reversed(ordered), key=align.version_key) == ordered
+
+
+def test_only_shared_modules_that_are_not_held_get_a_target():
+    lists = {
+        Path("a"): {"golang.org/x/sys": "v0.40.0", "k8s.io/api": "v0.33.9", "only.a/x": "v1.0.0"},
+        Path("b"): {"golang.org/x/sys": "v0.45.0", "k8s.io/api": "v0.35.4"},
+    }
+    assert align.targets(lists) == {"golang.org/x/sys": "v0.45.0"}
+    assert align.behind(lists[Path("a")], align.targets(lists)) == {"golang.org/x/sys": "v0.45.0"}
+
+
+def test_a_build_stamp_changes_with_its_flags():
+    targets = {"etcd": "go.etcd.io/etcd/server/v3"}
+    assert install.build_digest(targets, "-s -w", "") == install.build_digest(targets, "-s -w", "")
+    assert install.build_digest(targets, "-s -w", "") != install.build_digest(targets, "", "")
+    assert install.build_digest(targets, "", "") != install.build_digest(targets, "", "json1")
+
+
+# The check reads every wrapper's packages from the Go module cache, complete once the last Go
+# step of the tests' part (OLM) is built.
+@pytest.mark.toolchain("olm")
+def test_the_wrapper_modules_are_aligned():
+    install.manifest.component("olm")
+    result = subprocess.run(
+        [sys.executable, str(REPO / "hack" / "toolchain" / "align.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
