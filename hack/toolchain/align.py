@@ -28,8 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-TOOLCHAIN = ROOT / "hack" / "toolchain"
+from install import ROOT, TOOLCHAIN, run  # beside this file
+
 WRAPPERS = sorted(p.parent for p in TOOLCHAIN.glob("*/go.mod")) + [
     ROOT / "hack" / "nodeagent",
     ROOT / "hack" / "soak" / "checker",
@@ -51,7 +51,7 @@ HELD_PREFIXES = (
 # The tools.go files import the wrappers' commands under "tools"; the rest are install.py's tags.
 BUILD_TAGS = "tools,json1,containers_image_openpgp,remove_all_sd,enable_kubernetes_sd"
 # Resolving and raising never downloads another Go release.
-GO_ENV = dict(os.environ, GOFLAGS="-mod=mod", GOTOOLCHAIN="local")
+GO_ENV = {"GOFLAGS": "-mod=mod", "GOTOOLCHAIN": "local"}
 
 _SEMVER = re.compile(r"^v(\d+)\.(\d+)\.(\d+)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
 
@@ -75,7 +75,7 @@ def held(module: str) -> bool:
 
 def build_list(wrapper: Path) -> dict[str, str]:
     """module -> version, for the modules that supply a package the wrapper builds."""
-    result = subprocess.run(
+    listed = run(
         [
             "go",
             "list",
@@ -89,12 +89,8 @@ def build_list(wrapper: Path) -> dict[str, str]:
         ],
         cwd=wrapper,
         env=GO_ENV,
-        capture_output=True,
-        text=True,
     )
-    if result.returncode != 0:
-        raise SystemExit(f"[align] go list failed in {wrapper}:\n{result.stderr}")
-    return dict(line.split(" ", 1) for line in sorted(set(result.stdout.splitlines())) if line)
+    return dict(line.split(" ", 1) for line in sorted(set(listed.splitlines())) if line)
 
 
 def targets(lists: dict[Path, dict[str, str]]) -> dict[str, str]:
@@ -122,13 +118,11 @@ def go_get(wrapper: Path, raises: dict[str, str]) -> bool:
     before = build_list(wrapper)
     args = [f"{module}@{version}" for module, version in sorted(raises.items())]
     result = subprocess.run(
-        ["go", "get", *args], cwd=wrapper, env=GO_ENV, capture_output=True, text=True
+        ["go", "get", *args], cwd=wrapper, env=dict(os.environ, **GO_ENV), capture_output=True
     )
-    moved = []
     if result.returncode == 0:
         after = build_list(wrapper)
-        moved = [m for m in before if held(m) and after.get(m) != before[m]]
-        if not moved:
+        if all(after.get(m) == v for m, v in before.items() if held(m)):
             return True
     for name, content in saved.items():
         (wrapper / name).write_bytes(content)

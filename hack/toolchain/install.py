@@ -94,7 +94,7 @@ def go_build(
     """Build each `name -> package` of a wrapper module into out_dir; mark the dir complete with
     what it was built from (the wrapper's go.mod, go.sum and Go files, the flags), so that a
     dependency raised in a wrapper (align.py) rebuilds it though its version did not change."""
-    inputs = f"inputs {source_digest(wrapper)} {build_digest(targets, ldflags, tags)}"
+    inputs = build_inputs(wrapper, targets, ldflags, tags)
     stamp = out_dir / COMPLETE
     if stamp.exists() and stamp.read_text().split("\n", 1)[0] == inputs:
         return
@@ -110,8 +110,13 @@ def go_build(
             cmd += ["-tags", tags]
         run(cmd + [package], cwd=wrapper, env=GO_BUILD_ENV)
     # -mod=mod may have completed go.sum: the stamp names the inputs as the build left them.
-    inputs = f"inputs {source_digest(wrapper)} {build_digest(targets, ldflags, tags)}"
+    inputs = build_inputs(wrapper, targets, ldflags, tags)
     stamp.write_text(f"{inputs}\nbuilt in {time.monotonic() - started:.0f}s\n")
+
+
+def build_inputs(wrapper: Path, targets: dict[str, str], ldflags: str, tags: str) -> str:
+    """The first line of a build's stamp: its wrapper's sources and its flags."""
+    return f"inputs {source_digest(wrapper)} {build_digest(targets, ldflags, tags)}"
 
 
 def build_digest(targets: dict[str, str], ldflags: str, tags: str) -> str:
