@@ -60,3 +60,8 @@ def test_the_wrapper_modules_are_aligned():
         timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_etcd_under_test_keeps_the_dependencies_of_its_release():
+    assert align.WRAPPERS and not [w for w in align.WRAPPERS if w.name.startswith("etcd-")]
+    assert align.held("github.com/google/gnostic-models")  # moves with kube-openapi
