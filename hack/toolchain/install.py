@@ -126,12 +126,13 @@ def build_digest(targets: dict[str, str], ldflags: str, tags: str) -> str:
 
 
 def check_go() -> None:
+    minimum = ".".join(map(str, MINIMUM_GO))
     if not shutil.which("go"):
-        raise SystemExit("[install] Go is required (>= 1.26.7); install it from go.dev/dl")
+        raise SystemExit(f"[install] Go is required (>= {minimum}); install it from go.dev/dl")
     version = run(["go", "env", "GOVERSION"]).strip().removeprefix("go")
     parts = tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
     if parts < MINIMUM_GO:
-        raise SystemExit(f"[install] Go {version} is too old: the wrapper modules need >= 1.26.7")
+        raise SystemExit(f"[install] Go {version} is too old: the wrappers need >= {minimum}")
 
 
 def install_debian_packages() -> None:
