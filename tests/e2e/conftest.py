@@ -179,7 +179,33 @@ class EtcdClusterDriver:
             if self.namespace in line and "[playbook task start]" not in line
         ]
         lines += ["operator log about this namespace:", *mentions[-15:]]
+        lines += self.member_log_tails()
         return "\n".join(lines)
+
+    def member_log_tails(self, lines_per_member: int = 12) -> list[str]:
+        """The end of each member's etcd log: when etcd refuses a step (a member add while it
+        thinks a peer unreachable, say), only the members say which peer and why, and their logs
+        are gone with the test's namespace."""
+        try:
+            pods = self.pods()
+        except (subprocess.SubprocessError, AssertionError) as error:
+            return [f"(no member logs: {error})"]
+        tails = []
+        for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+            name = pod["metadata"]["name"]
+            command = [
+                "logs",
+                "-n",
+                self.namespace,
+                name,
+                "-c",
+                "etcd",
+                f"--tail={lines_per_member}",
+            ]
+            log = self.kube.run(*command, check=False, timeout=30)
+            text = log.stdout if log.returncode == 0 else f"(no log: {log.stderr.strip()[:200]})"
+            tails += [f"log of {name}:", *(line[:400] for line in text.splitlines())]
+        return tails
 
     def client_endpoint(self) -> str:
         """The client Service's address, once it takes connections: Available means the

@@ -194,9 +194,11 @@ def test_peer_tls_turned_on_and_off_live_with_a_scale_loses_no_acknowledged_writ
 
 
 def restarted_members(cluster, saying: str) -> set[str]:
-    """The members a RollingRestart Event whose message says ``saying`` was about."""
+    """The members a RollingRestart Event whose message says ``saying`` was about (``restarting
+    member NAME onto ...``, or ``restarting member NAME, which is down, onto ...`` for one the
+    plan found down, which it restarts without waiting for the others)."""
     return {
-        re.match(r"restarting member (\S+) ", e["message"]).group(1)
+        re.match(r"restarting member ([^\s,]+)[ ,]", e["message"]).group(1)
         for e in cluster.kube.events(cluster.namespace, cluster.name)
         if e["reason"] == "RollingRestart" and saying in e["message"]
     }

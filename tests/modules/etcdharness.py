@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import functools
@@ -13,6 +14,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -21,6 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
+import warm_ansible  # noqa: E402
 from freeports import free_port  # noqa: E402,F401 - the harness's callers use etcdharness.free_port
 
 QK_CACHE = Path(os.environ.get("QK_CACHE", Path.home() / ".cache" / "quorumkeeper"))
@@ -365,13 +368,26 @@ def ansible_env(tmp_home, action_plugins=True):
     return env
 
 
+@functools.cache
+def warm_ansible_home(action_plugins: bool) -> Path:
+    """The ansible home of this process's warm runs with or without the action plugins."""
+    home = tempfile.mkdtemp(prefix=f"qk-ansible-home-{int(action_plugins)}-")
+    atexit.register(shutil.rmtree, home, True)
+    return Path(home)
+
+
 def ansible_bin(name="ansible"):
     cand = Path(sys.executable).parent / name
     return str(cand) if cand.exists() else shutil.which(name)
 
 
 class ModuleRunner:
-    """``ansible localhost -m <module> -a '<json>'`` with the json callback; returns the result."""
+    """``ansible localhost -m <module> -a '<json>'`` with the json callback; returns the result.
+
+    Run by a fork of a warm ansible (warm_ansible.py: the controller's start-up paid once per
+    pytest process, the module still a process of its own), whose state is in one ansible home
+    per configuration; ``tmp_home`` is the home of a cold run (QK_WARM_ANSIBLE=0, or an
+    environment the warm one was not started with)."""
 
     def __init__(self, tmp_home, action_plugins=True):
         self.tmp_home = Path(tmp_home)
@@ -384,14 +400,21 @@ class ModuleRunner:
         if check:
             cmd.append("--check")
         t0 = time.monotonic()
-        proc = subprocess.run(
-            cmd,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=ansible_env(self.tmp_home, self.action_plugins),
-            cwd=str(REPO),
-        )
+        proc = None
+        if warm_ansible.enabled():
+            home = warm_ansible_home(self.action_plugins)
+            env = ansible_env(home, self.action_plugins)
+            server = warm_ansible.WarmAnsible.for_home(home, env)
+            proc = server.run(cmd, env, cwd=str(REPO), timeout=timeout)
+        if proc is None:
+            proc = subprocess.run(
+                cmd,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=ansible_env(self.tmp_home, self.action_plugins),
+                cwd=str(REPO),
+            )
         self.calls.append((module, time.monotonic() - t0))
         try:
             data = json.loads(proc.stdout)
