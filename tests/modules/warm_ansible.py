@@ -181,25 +181,20 @@ def run_child(conn: socket.socket, warm: dict) -> None:
         os.setpgid(0, 0)  # a timeout kills the module's processes with it
         atexit._clear()
         request, (out, err) = receive_request(conn)
-        from ansible import constants
         from ansible.cli.adhoc import AdHocCLI
         from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_warm_start
 
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        if qk_warm_start.configuration_differences(
-            warm, qk_warm_start.configuration_values(constants)
-        ):
+        # The run's own settings and a temporary directory of its own (removed at its exit, as
+        # a new ansible has), the operator's warm start's rule; other settings run cold.
+        if qk_warm_start.adopt_run_configuration(warm):
             conn.sendall(b"cold\n")
             os._exit(0)
         conn.sendall(f"pid {os.getpid()}\n".encode())
         os.dup2(out, 1)
         os.dup2(err, 2)
-        # A temporary directory of its own, removed at its exit, as a new ansible has.
-        constants.DEFAULT_LOCAL_TMP = constants.config.get_config_value(
-            "DEFAULT_LOCAL_TMP", variables=vars(constants)
-        )
         AdHocCLI.cli_executor(request["argv"])
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
