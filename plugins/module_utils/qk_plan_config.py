@@ -58,7 +58,8 @@ def roll_config(ctx: PlanContext, for_space: bool = False) -> Step | None:
 
     A member restarted onto the new configuration that has not served with it yet is waited
     for before anything else, up to spec.upgrade.memberTimeoutSeconds; then the rollout stops
-    at it (ConfigRolloutFailed) and the others keep serving. A member that is down and out of
+    at it (ConfigRolloutFailed) and the others keep serving; so is one restarted onto a stage
+    of a TLS change that moved on to its next stage meanwhile. A member that is down and out of
     date (spec.options put back after a value its etcd refused) is restarted at once when every
     other member is healthy: it serves nothing as it is. Not started while an upgrade or
     another change (scale, replacement, learner, recovery) is under way.
@@ -80,10 +81,17 @@ def roll_config(ctx: PlanContext, for_space: bool = False) -> Step | None:
             # Not a voting member (yet): scale-up, replacement and promotion deal with it.
             continue
         pod_hash = (ctx.pods.get(name) or {}).get("config_hash")
-        if peer.get("config_hash") != wanted_hash or pod_hash not in (None, wanted_hash):
-            stale.append(name)
-        elif not member.get("healthy") and _restarted_for_config(peer, pod_hash):
+        restarted = not member.get("healthy") and _restarted_for_config(peer, pod_hash)
+        if peer.get("config_hash") == wanted_hash and pod_hash in (None, wanted_hash):
+            if restarted:
+                returning.append(name)
+        elif restarted and _on_a_stage_toward(peer, final):
+            # Restarted onto an earlier stage of this TLS change (the stage moved on when its
+            # EtcdPeer took it) and not back yet: restarting it again now would skip the wait
+            # that tells whether it serves with that stage at all.
             returning.append(name)
+        else:
+            stale.append(name)
     total = len(peers)
     count = f"{total - len(stale) - len(returning)} of {total} members up to date"
     if returning and (ctx.etcd.get("healthy") or total == 1):
@@ -208,6 +216,37 @@ def _restarted_for_config(peer: dict, pod_hash: str | None) -> bool:
     has never been seen serving: the rolling restart replaced it and it is not back yet."""
     seen = (peer.get("status") or {}).get("configHash")
     return bool(seen) and pod_hash == peer.get("config_hash") and seen != pod_hash
+
+
+def _on_a_stage_toward(peer: dict, final: dict) -> bool:
+    """Whether the member's EtcdPeer asks for a configuration staged_config gives on the way to
+    ``final``: its options and pod template, with the bridge of client TLS (plain HTTP served
+    beside TLS, on the way on or off) or of peer TLS (the certificate, peers still served plain
+    HTTP, on the way on only). Peer TLS turned off again, or other options, are another change
+    than the one the member was restarted for, not a stage of it."""
+    final_tls, peer_tls = final.get("tls") or {}, peer.get("tls") or {}
+    if set(peer_tls) - {"client", "peer"}:
+        return False
+    client, final_client = peer_tls.get("client"), final_tls.get("client")
+    if client != final_client and not (
+        client
+        and client.get(SERVE_PLAIN_HTTP)
+        and (final_client is None or final_client == _without(client, SERVE_PLAIN_HTTP))
+    ):
+        return False
+    peer_part, final_peer = peer_tls.get("peer"), final_tls.get("peer")
+    if peer_part != final_peer and not (
+        final_peer and peer_part == {**final_peer, LISTEN_PLAIN_HTTP: True}
+    ):
+        return False
+    config = {key: value for key, value in final.items() if key != "tls"}
+    if peer_tls:
+        config["tls"] = peer_tls
+    return config_hash(config) == peer.get("config_hash")
+
+
+def _without(settings: dict, key: str) -> dict:
+    return {k: v for k, v in settings.items() if k != key}
 
 
 def _upgrade_under_way(ctx: PlanContext) -> bool:

@@ -192,3 +192,23 @@ def test_turning_off_keeps_the_client_side_of_the_first_member_still_serving_it(
     assert (
         kept_client("c", [{"spec": {}}, {"spec": {"tls": {"peer": {"secretName": "p"}}}}]) is None
     )
+
+
+@pytest.mark.parametrize(
+    "before,final_tls",
+    [({}, {"client": MANAGED_CLIENT}), ({"client": MANAGED_CLIENT}, {})],
+    ids=["turned on", "turned off"],
+)
+def test_the_last_member_onto_the_bridge_is_waited_for_before_the_next_stage(before, final_tls):
+    """Every EtcdPeer on the bridge moves the stage on, the member restarted last not back yet:
+    it is waited for, not restarted onto the next stage before it has served."""
+    final = config_of(final_tls)
+    bridge = {"client": {**MANAGED_CLIENT, SERVE_PLAIN_HTTP: True}}
+    bridged, old = config_hash(config_of(bridge)), config_hash(config_of(before))
+    peers = [peer(i, bridge) for i in range(3)]
+    peers[0] = {**config_plan_peer(0, bridged, old), "tls": bridge}
+    pods = {f"c-{i}": pod(i, bridged) for i in range(3)}
+    pods["c-0"] = pod(0, bridged, ready=False)
+    members = [member(0, healthy=False), member(1, leader=True), member(2)]
+    step = plan(observation(peers, members, pods, config=final))
+    assert step["action"] == "wait" and "waiting for c-0 to come back" in step["message"], step

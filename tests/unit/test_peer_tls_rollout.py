@@ -13,6 +13,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_members import (
     render_replicaset,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_options import config_hash
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
     etcd_cluster_plan as plan,
 )
@@ -21,6 +22,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan_config i
 )
 from test_client_tls_rollout import MANAGED_CLIENT, config_of, peer, rollout
 from test_config_plan import member, observation, pod
+from test_config_plan import peer as config_plan_peer
 
 PEER = {"secretName": "c-peer-tls"}
 
@@ -151,3 +153,43 @@ def test_the_event_says_the_peer_urls_move_whenever_etcd_still_lists_them_in_the
     assert (step["action"], step["peer"]) == ("restart_member", "c-2"), step
     assert "which is down" in step["message"], step
     assert "peer URLs moved to https (peer TLS is turned on)" in step["message"], step
+
+
+def test_the_last_member_given_the_certificate_is_waited_for_before_any_serves_tls():
+    """The stage moves on to TLS as soon as every EtcdPeer has the certificate, so the member
+    restarted last onto the bridge is out of date before it is back. It is waited for, as any
+    restarted member is (CI saw it restarted again at once, "which is down"), then the TLS stage
+    restarts the members in turn."""
+    final = config_of({"peer": PEER})
+    bridge = {"peer": {**PEER, LISTEN_PLAIN_HTTP: True}}
+    bridged, plain = config_hash(config_of(bridge)), config_hash(config_of({}))
+    peers = [peer(i, bridge) for i in range(3)]
+    peers[0] = {**config_plan_peer(0, bridged, plain), "tls": bridge}  # not seen serving it yet
+    pods = {f"c-{i}": pod(i, bridged) for i in range(3)}
+    pods["c-0"] = pod(0, bridged, ready=False)
+    members = [member(0, healthy=False), member(1, leader=True), member(2)]
+    step = plan(observation(peers, members, pods, config=final))
+    assert step["action"] == "wait" and "waiting for c-0 to come back" in step["message"], step
+
+    # Back and seen serving the bridge: the TLS stage begins, followers first.
+    peers[0] = peer(0, bridge)
+    members[0], pods["c-0"] = member(0), pod(0, bridged)
+    step = plan(observation(peers, members, pods, config=final))
+    assert (step["action"], step["peer"]) == ("restart_member", "c-2"), step
+    assert step["config"] == final, step
+
+
+def test_a_member_down_on_the_bridge_is_restarted_at_once_when_peer_tls_is_put_back():
+    """Peer TLS turned off again while a member that took the certificate has not come back:
+    not a stage of the new spec, so it is restarted onto it at once (the other members are
+    healthy)."""
+    bridge = {"peer": {**PEER, LISTEN_PLAIN_HTTP: True}}
+    bridged, plain = config_hash(config_of(bridge)), config_hash(config_of({}))
+    peers = [peer(i, {}) for i in range(3)]
+    peers[2] = {**config_plan_peer(2, bridged, plain), "tls": bridge}
+    pods = {f"c-{i}": pod(i, plain) for i in range(3)}
+    pods["c-2"] = pod(2, bridged, ready=False)
+    members = [member(0, leader=True), member(1), member(2, healthy=False)]
+    step = plan(observation(peers, members, pods, config=config_of({})))
+    assert (step["action"], step["peer"]) == ("restart_member", "c-2"), step
+    assert "which is down" in step["message"] and step["config"] == config_of({}), step
