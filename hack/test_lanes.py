@@ -22,7 +22,8 @@ The cluster lane prints as it goes; the local lane's output is kept in a file an
 it ends, so the two do not interleave. Usage: test_lanes.py [pytest options for every lane]
 (options only: a path would leave one of the lanes with nothing to run, which fails).
 Environment: QK_CLUSTER_WORKERS (default 2) workers for the shared part of the cluster lane;
-QK_KEEP_CLUSTER=1 keeps a local cluster this run started.
+QK_EXCLUSIVE_FIRST=0 runs the shared part first even when the toolchain is built (to time one
+order against the other); QK_KEEP_CLUSTER=1 keeps a local cluster this run started.
 """
 
 from __future__ import annotations
@@ -91,6 +92,19 @@ def pytest_command(lane: str, extra: list[str], basetemp: Path) -> list[str]:
     ]
 
 
+def cluster_order(tests_toolchain_built: bool) -> tuple[str, str]:
+    """The cluster lane's two parts in the order they run. The exclusive tests leave the machine
+    half idle, which the local lane takes (it runs at a lower priority): they go first, so that
+    less of the local lane is left to run beside the shared tests. Not while the tests' part of
+    the toolchain is still being built (a cold run): the exclusive lane's last tests need its
+    last components, and would wait for them while the shared lane could be running; nor with
+    QK_EXCLUSIVE_FIRST=0."""
+    order = ("cluster-shared", "cluster-exclusive")
+    if tests_toolchain_built and os.environ.get("QK_EXCLUSIVE_FIRST", "1") != "0":
+        return order[::-1]
+    return order
+
+
 class Lanes:
     def __init__(self, extra: list[str]):
         self.extra = extra
@@ -133,14 +147,8 @@ class Lanes:
         if up.returncode != 0:
             print(f"local cluster did not come up:\n{up.stdout}\n{up.stderr}", flush=True)
             return
-        # The exclusive tests leave the machine half idle, which the local lane takes (it runs
-        # at a lower priority): run them first, so that less of the local lane is left to run
-        # beside the shared tests. Not when the tests' part of the toolchain is still being built
-        # (a cold run): the exclusive lane's last tests need its last components, and would wait
-        # for them while the shared lane could be running.
-        order = ("cluster-shared", "cluster-exclusive")
-        if self.tests_toolchain_built.is_set() and self.results["toolchain-tests"][0] == 0:
-            order = order[::-1]
+        built = self.tests_toolchain_built.is_set() and self.results["toolchain-tests"][0] == 0
+        order = cluster_order(built)
         print(f"cluster lane: {', then '.join(order)}", flush=True)
         try:
             for part in order:

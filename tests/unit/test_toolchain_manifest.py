@@ -112,6 +112,14 @@ def test_the_lanes_measure_how_busy_the_machine_was():
     assert test_lanes.busy_share((10, 100), (60, 200)) == 0.5
 
 
+def test_the_exclusive_tests_go_first_only_once_the_tests_toolchain_is_built(monkeypatch):
+    monkeypatch.delenv("QK_EXCLUSIVE_FIRST", raising=False)
+    assert test_lanes.cluster_order(True) == ("cluster-exclusive", "cluster-shared")
+    assert test_lanes.cluster_order(False) == ("cluster-shared", "cluster-exclusive")
+    monkeypatch.setenv("QK_EXCLUSIVE_FIRST", "0")
+    assert test_lanes.cluster_order(True) == ("cluster-shared", "cluster-exclusive")
+
+
 def test_the_virtualenv_is_built_beside_the_go_steps_and_its_failure_fails_the_install(
     monkeypatch,
 ):
