@@ -131,7 +131,7 @@ SCENARIO ?=
 
 .PHONY: molecule
 molecule: toolchain ## Every molecule scenario (molecule/*) on the local cluster; SCENARIO=name for one
-	PATH=$(VENV)/bin:$$PATH $(VENV)/bin/molecule test $(if $(SCENARIO),-s $(SCENARIO),--all)
+	PATH=$(VENV)/bin:$$PATH $(PYTHON) hack/warm_modules.py $(VENV)/bin/molecule test $(if $(SCENARIO),-s $(SCENARIO),--all)
 
 .PHONY: bench
 bench: toolchain cluster-up ## Benchmarks; results in bench/results/

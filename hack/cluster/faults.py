@@ -129,22 +129,32 @@ def _agent_log_lines(needle: str, state=None, last: int = 8) -> str:
     return "; the node agents' log about it:\n" + "\n".join(found) if found else ""
 
 
-def _process_groups_of_pod(hostname: str) -> list[int]:
-    """The process groups the node agent started for a pod's containers (each container leads
-    one), found by the HOSTNAME the agent gives every process of a pod without host network."""
-    wanted = f"HOSTNAME={hostname[:63]}".encode()  # the agent cuts it as Kubernetes does
+def _process_groups_of_pod(namespace: str, name: str, state=None) -> list[int]:
+    """The process groups a node agent of this state started for a pod's containers (each
+    container leads one), found by their standard output: the agent opens it on the container's
+    log, ``<node>/pods/<namespace>_<name>_<uid>/logs/...``, before the process enters its own
+    mount namespace, so the link reads the same from here even once the pod's directory is gone.
+    Names cannot hold ``_``, so the prefix names one pod of one namespace; a pod of the same name
+    under another state directory, or in another namespace, is not matched (CI killed a pod of
+    the live cluster by a HOSTNAME that other pods could carry too)."""
+    nodes = os.path.realpath(nodes_dir(state)) + os.sep
+    wanted = f"{namespace}_{name}_"
     leaders = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         pid = int(entry.name)
         try:
-            environment = (entry / "environ").read_bytes().split(b"\0")
-            if os.getpgid(pid) != pid or wanted not in environment:
+            if os.getpgid(pid) != pid:
                 continue
-        except (OSError, ProcessLookupError):
+            stdout = os.readlink(entry / "fd" / "1")
+        except OSError:
             continue
-        if _alive(pid):
+        if not stdout.startswith(nodes):
+            continue
+        path = stdout[len(nodes) :].split(os.sep)  # <node>/pods/<pod dir>/logs/...
+        a_pod_log = len(path) > 3 and path[1] == "pods" and path[3] == "logs"
+        if a_pod_log and path[2].startswith(wanted) and _alive(pid):
             leaders.append(pid)
     return sorted(leaders)
 
@@ -169,12 +179,12 @@ def crash_pod(namespace: str, name: str, container: str | None = None, state=Non
     except FaultError as missing:
         # CI has twice seen a running pod without its pod.json for minutes after its node agent
         # was restarted (cause not yet found; the error says what the agents logged): its
-        # processes are still there, found by the HOSTNAME every container of the pod gets.
-        leaders = [] if container is not None else _process_groups_of_pod(name)
+        # processes are still there, found by the log each container writes to.
+        leaders = [] if container is not None else _process_groups_of_pod(namespace, name, state)
         if not leaders:
             raise
         print(f"faults.crash_pod: {missing}\nkilling the pod's process groups {leaders} found "
-              "by their HOSTNAME instead", file=sys.stderr)  # fmt: skip
+              "by their container logs instead", file=sys.stderr)  # fmt: skip
         pod = {"containers": {f"pgid-{pgid}": pgid for pgid in leaders}}
     containers: dict = pod.get("containers") or {}
     if container is not None and container not in containers:

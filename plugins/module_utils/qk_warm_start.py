@@ -72,6 +72,8 @@ import warnings
 SOCKET_PREFIX = "\0quorumkeeper-warm-start"
 # Set in the environment of every run and module the server forks: which server ran it.
 SERVER_VARIABLE = "QK_WARM_START_SERVER"
+# Modules a server imports besides the operator's (import_preloaded).
+PRELOAD_VARIABLE = "QK_WARM_START_PRELOAD"
 # Client -> server: a 4-byte length, then the request as JSON, with the client's stdin, stdout
 # and stderr attached (SCM_RIGHTS). Server -> client: COLD (run it yourself), or STARTED with
 # the child's pid (for signals), then EXITED with its exit status.
@@ -708,6 +710,34 @@ def import_module_side() -> int:
     return len(names) - len(skipped & set(names))
 
 
+def import_preloaded(names: str) -> tuple[int, list[str]]:
+    """What a server started for other playbooks' modules imports besides the operator's
+    (QK_WARM_START_PRELOAD: comma-separated modules; ``package.*`` for a package and every
+    module under it): the molecule scenarios' kubernetes.core modules spend about 0.5 CPU-s of
+    their 0.6 importing the ``kubernetes`` client. Returns how many were imported, and what
+    could not be, with why."""
+    import importlib
+    import pkgutil
+
+    imported, refused = 0, []
+    for name in filter(None, (part.strip() for part in names.split(","))):
+        whole = name.endswith(".*")
+        try:
+            module = importlib.import_module(name[:-2] if whole else name)
+        except Exception as exc:  # noqa: BLE001 - said; that module is imported per run then
+            refused.append(f"{name}: {exc!r}")
+            continue
+        imported += 1
+        for found in pkgutil.walk_packages(getattr(module, "__path__", []) if whole else [],
+                                           prefix=f"{module.__name__}."):  # fmt: skip
+            try:
+                importlib.import_module(found.name)
+                imported += 1
+            except Exception as exc:  # noqa: BLE001
+                refused.append(f"{found.name}: {exc!r}")
+    return imported, refused
+
+
 def module_name(argv: list[str]) -> str:
     """The module an AnsiballZ command line runs: ``etcd_snapshot`` for
     ``[python, .../AnsiballZ_etcd_snapshot.py]``; ``module`` when it is not one."""
@@ -728,24 +758,59 @@ def name_process(name: str) -> None:
         comm.write(name[:15])
 
 
+def collection_payload_installed(payload: str, package: str) -> bool:
+    """Whether every file an AnsiballZ payload carries of a collection (``package``: one of its
+    packages, ``ansible_collections.<namespace>.<name>....``) is the installed file the
+    server's collection loader imports instead; the payload's empty ``__init__.py`` files,
+    which AnsiballZ adds, aside."""
+    import importlib
+    import zipfile
+
+    collection = ".".join(package.split(".")[:3])
+    prefix = collection.replace(".", "/") + "/"
+    root = importlib.import_module(collection).__path__[0]
+    with zipfile.ZipFile(payload) as archive:
+        for member in archive.namelist():
+            if not member.startswith(prefix) or member.endswith("/"):
+                continue
+            carried = archive.read(member)
+            if member.endswith("/__init__.py") and not carried.strip():
+                continue
+            try:
+                with open(os.path.join(root, member[len(prefix) :]), "rb") as installed:
+                    if installed.read() != carried:
+                        return False
+            except OSError:
+                return False
+    return True
+
+
 def run_module_script(argv: list[str]) -> int:
     """A module's AnsiballZ script (``argv``: the interpreter, the script, its arguments) run
     here, finding what it imports already imported.
 
-    AnsiballZ puts its payload first on sys.path and runs ``ansible.modules.<name>`` from it;
-    the ``ansible`` package here is the installed one, already imported, so the payload's
-    package directory is added to that package's path for the module to be found. Everything
-    else the module imports is the same file it would import from the payload.
+    AnsiballZ puts its payload first on sys.path and runs ``ansible.modules.<name>`` (or a
+    collection's module) from it. The ``ansible`` package here is the installed one, already
+    imported, so the payload's package directory is added to that package's path for the
+    module to be found; everything else the module imports is the same file it would import
+    from the payload. A collection's packages are the collection loader's, which searches one
+    path, the installed collection's: its module runs from there when the payload carries the
+    same files, else the script starts again in a new interpreter (a cold run).
     """
     import importlib
     import runpy
+    import shutil
 
     original_run_module = runpy.run_module
 
     def run_module(mod_name, init_globals=None, run_name=None, alter_sys=False):
         payload = (init_globals or {}).get("_modlib_path")
         package = mod_name.rpartition(".")[0]
-        if payload and package:
+        if payload and package.startswith("ansible_collections."):
+            if not collection_payload_installed(payload, package):
+                shutil.rmtree(os.path.dirname(payload), ignore_errors=True)  # AnsiballZ's
+                os.execv(sys.executable, [sys.executable, *argv[1:]])
+        elif payload and package:
             search = importlib.import_module(package).__path__
             inside = os.path.join(payload, *package.split("."))
             if inside not in search:
@@ -909,6 +974,9 @@ class WarmServer:
         self.warm_configuration = configuration_values(constants)
         root = os.path.dirname(os.path.realpath(os.environ.get("ANSIBLE_CONFIG", os.getcwd())))
         imported = import_module_side()
+        preloaded, refused = import_preloaded(os.environ.get(PRELOAD_VARIABLE, ""))
+        for reason in refused:
+            self.say(f"not preloaded: {reason}")
         # A thread (none of the above starts one) would not survive a fork in a usable state.
         threads = len(os.listdir("/proc/self/task"))
         if threads > 1:
@@ -918,7 +986,8 @@ class WarmServer:
         self.files = operator_files(root)
         self.say(
             f"warm in {time.process_time() - started:.2f} CPU-s ({imported} module utilities, "
-            f"{len(self.files)} operator files watched)"
+            + (f"{preloaded} preloaded modules, " if preloaded else "")
+            + f"{len(self.files)} operator files watched)"
             + (f"; modules start cold: {self.modules_cold}" if self.modules_cold else "")
         )
 
@@ -1076,13 +1145,23 @@ def run_runner(argv: list[str], warm_configuration: dict, ansiballz_cache: str =
 
 
 def owner_alive(pid: int) -> bool:
+    """Whether the owner still runs: a process that has exited is gone, also while it waits to
+    be reaped (a zombie). Its parent may wait for the end of the output the server still holds
+    before it reaps it (hack/warm_modules.py's command, run with its output captured)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[:1]
+    except FileNotFoundError:
+        return False  # gone since
+    except OSError:
+        return True
+    return state not in ([b"Z"], [b"X"])
 
 
 def main(args: list[str] | None = None) -> int:

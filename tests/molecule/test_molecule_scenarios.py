@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ from kubehelpers import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.toolchain("minio")]
 
+WARM_MODULES = ROOT / "hack" / "warm_modules.py"
 SCENARIOS = sorted(p.parent.name for p in (ROOT / "molecule").glob("*/molecule.yml"))
 
 
@@ -57,10 +59,12 @@ def test_scenario(local_cluster, scenario):
     # molecule runs ansible-playbook and ansible-config by name: the venv's.
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     env["ANSIBLE_NOCOLOR"] = env["NO_COLOR"] = "1"
+    # The scenario's modules run warm (hack/warm_modules.py), as `make molecule` runs them.
+    molecule = [sys.executable, "-m", "molecule", "test", "-s", scenario]
     start = time.monotonic()
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "molecule", "test", "-s", scenario],
+            [sys.executable, str(WARM_MODULES), *molecule],
             cwd=ROOT,
             env=env,
             capture_output=True,
@@ -77,6 +81,12 @@ def test_scenario(local_cluster, scenario):
     assert result.returncode == 0, (
         f"molecule test -s {scenario} failed (rc {result.returncode}, {seconds:.0f}s):\n"
         f"{output[-12000:]}"
+    )
+    # Its server counts the modules it ran (it says so once molecule is gone): none would mean
+    # every module started cold, its kubernetes client imported each time.
+    warm_runs = re.findall(r"quorumkeeper warm start \[\d+\]: stopped after (\d+) runs", output)
+    assert warm_runs and int(warm_runs[-1]) > 0, (
+        f"no module of {scenario} ran warm:\n{output[-4000:]}"
     )
     assert not left, f"molecule's cleanup left {left}"
     print(f"molecule scenario {scenario}: {seconds:.1f}s")

@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -88,20 +89,56 @@ def test_crash_pod_kills_the_process_group(state):
     assert faults.crash_pod("ns", "p", state=root) == [other.pid]
 
 
-def test_a_running_pod_without_pod_json_is_crashed_by_its_hostname(state, monkeypatch):
+def _spawn_logging_to(spawn, log: Path, env=None):
+    """A container as the node agent starts it: its own process group, stdout on its log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w") as out:
+        return spawn(["sleep", "60"], stdout=out, stderr=out, env=env)
+
+
+def test_a_running_pod_without_pod_json_is_crashed_by_its_container_logs(
+    state, tmp_path_factory, monkeypatch
+):
     root, spawn = state
     write_pod(root, "node-1", "ns", "other", {"c": 0})
-    env = {**os.environ, "HOSTNAME": "orphan-7f9c-x2"}
-    pod = spawn(["sleep", "60"], env=env)
-    bystander = spawn(["sleep", "60"], env={**os.environ, "HOSTNAME": "orphan-7f9c-x20"})
+    pods = root / "nodes" / "node-1" / "pods"
+    other_state = tmp_path_factory.mktemp("other-state") / "nodes" / "node-1" / "pods"
+    same_hostname = {**os.environ, "HOSTNAME": "orphan-7f9c-x2"}
+    pod = _spawn_logging_to(spawn, pods / "ns_orphan-7f9c-x2_u2/logs/etcd/0.log")
+    gone = _spawn_logging_to(spawn, pods / "ns_orphan-7f9c-x2_u3/logs/etcd/0.log")
+    shutil.rmtree(pods / "ns_orphan-7f9c-x2_u3")  # its directory removed under it: still found
+    bystanders = [
+        _spawn_logging_to(spawn, pods / "ns_orphan-7f9c-x20_u4/logs/c/0.log"),
+        _spawn_logging_to(spawn, pods / "ns2_orphan-7f9c-x2_u5/logs/c/0.log"),
+        _spawn_logging_to(spawn, other_state / "ns_orphan-7f9c-x2_u6/logs/c/0.log", same_hostname),
+        spawn(["sleep", "60"], env=same_hostname),
+    ]
     find_pod = faults.find_pod
     monkeypatch.setattr(faults, "find_pod", lambda *a, **kw: find_pod(*a, **kw, wait_seconds=0))
-    assert faults.crash_pod("ns", "orphan-7f9c-x2", state=root) == [pod.pid]
+    assert faults.crash_pod("ns", "orphan-7f9c-x2", state=root) == sorted([pod.pid, gone.pid])
     pod.wait(timeout=5)
-    assert _alive(bystander.pid)
+    gone.wait(timeout=5)
+    assert all(_alive(bystander.pid) for bystander in bystanders)
     # One container asked for by name: without pod.json nothing says which group it is.
     with pytest.raises(faults.FaultError, match="not known"):
         faults.crash_pod("ns", "orphan-7f9c-x2", container="etcd", state=root)
+
+
+def test_cli_exit_codes_and_a_pod_of_another_state_directory(state, tmp_path_factory):
+    """Exit 2 for an unknown pod, even when a pod of that name runs under another node agent's
+    state (CI's live cluster had a pod "b", killed by the HOSTNAME fallback)."""
+    root, spawn = state
+    elsewhere = tmp_path_factory.mktemp("live-cluster")
+    log = elsewhere / "nodes/n1/pods/a_b_u1/logs/c/0.log"
+    other = _spawn_logging_to(spawn, log, env={**os.environ, "HOSTNAME": "b"})
+    res = subprocess.run(
+        [sys.executable, str(ROOT / "hack" / "cluster" / "faults.py"), "--state", str(root),
+         "crash-pod", "a", "b"],
+        capture_output=True,
+        text=True,
+    )  # fmt: skip
+    assert res.returncode == 2 and "not known" in res.stderr, res.stderr
+    assert _alive(other.pid)
 
 
 def test_unknown_pod_and_container(state):
@@ -187,24 +224,6 @@ def test_unknown_node(state):
         faults.stop_node("node-9", state=root)
     with pytest.raises(faults.FaultError, match="unknown"):
         faults.start_node("node-9", state=root)
-
-
-def test_cli_exit_codes(state):
-    root, _ = state
-    res = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "hack" / "cluster" / "faults.py"),
-            "--state",
-            str(root),
-            "crash-pod",
-            "a",
-            "b",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 2 and "not known" in res.stderr
 
 
 def test_start_node_keeps_localcluster_record_in_step(state):

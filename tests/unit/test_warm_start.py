@@ -30,6 +30,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start im
     exit_code,
     module_name,
     name_process,
+    owner_alive,
     receive_request,
     template_cache_key,
 )
@@ -500,3 +501,24 @@ def test_jinjas_own_names_are_asked_in_the_server():
     asked.clear()
     assert answer(remembered, "selectattr") == answer(new_filter_loader(), "selectattr")
     assert asked == []
+
+
+def test_an_owner_that_exited_is_gone_before_it_is_reaped():
+    """hack/warm_modules.py's command owns its server, and a caller that captures the output
+    reaps it only once the server has let go of that output."""
+    import subprocess
+    import time
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        assert owner_alive(child.pid)
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while owner_alive(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not owner_alive(child.pid)  # a zombie: not reaped yet
+        assert child.poll() is not None
+    finally:
+        child.kill()
+        child.wait()
+    assert not owner_alive(child.pid)
