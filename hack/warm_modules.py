@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
-"""Run a command whose ansible modules start warm: `hack/warm_modules.py -- COMMAND ...`.
+"""Run a command whose ansible modules start warm: `hack/warm_modules.py [--] COMMAND ...`.
 
 The molecule scenarios' checks are kubernetes.core modules, and a module run is a process that
-imports the `kubernetes` client first: about 0.6 CPU-s each, some 55 runs a scenario. This
+imports the `kubernetes` client first: about 0.6 CPU-s each, some 70 runs in `default`. This
 starts one warm-start server of the operator's own (plugins/module_utils/qk_warm_start.py) for
 the command, on a socket of its own, with that client and kubernetes.core's module utilities
 imported (QK_WARM_START_PRELOAD), and runs the command with QK_MODULE_PYTHON naming
 `bin/module-python`, which the scenarios take as their modules' interpreter. Each module then
 runs in a fork of the server: about 0.03 CPU-s. A module the server cannot run as the payload
 ansible built would (another kubernetes.core than the installed one) starts cold, as does every
-module when no server answers. The server stops when this process is gone; its exit status is
-the command's.
+module when no server answers. This process becomes the command (exec: its pid, signals and exit
+status are the command's), and the server stops within seconds of the command's end.
 """
 
 from __future__ import annotations
