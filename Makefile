@@ -130,7 +130,7 @@ lint: toolchain-cluster ## ruff and ansible-lint
 SCENARIO ?=
 
 .PHONY: molecule
-molecule: toolchain ## Every molecule scenario (molecule/*) on the local cluster; SCENARIO=name for one
+molecule: toolchain cluster-up ## Every molecule scenario (molecule/*) on the local cluster; SCENARIO=name for one
 	PATH=$(VENV)/bin:$$PATH $(PYTHON) hack/warm_modules.py $(VENV)/bin/molecule test $(if $(SCENARIO),-s $(SCENARIO),--all)
 
 .PHONY: bench
