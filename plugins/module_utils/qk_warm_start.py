@@ -74,6 +74,8 @@ SOCKET_PREFIX = "\0quorumkeeper-warm-start"
 SERVER_VARIABLE = "QK_WARM_START_SERVER"
 # Modules a server imports besides the operator's (import_preloaded).
 PRELOAD_VARIABLE = "QK_WARM_START_PRELOAD"
+# What a server says last, with the number of runs and modules it forked (runs_said).
+STOPPED_AFTER = "stopped after"
 # Client -> server: a 4-byte length, then the request as JSON, with the client's stdin, stdout
 # and stderr attached (SCM_RIGHTS). Server -> client: COLD (run it yourself), or STARTED with
 # the child's pid (for signals), then EXITED with its exit status.
@@ -136,6 +138,12 @@ def receive_request(conn: socket.socket, timeout: float = 5.0) -> tuple[dict, li
         raise
     finally:
         conn.settimeout(None)
+
+
+def runs_said(log: str) -> list[int]:
+    """The number of runs each server that logged to ``log`` said it forked when it stopped."""
+    said = re.findall(rf"quorumkeeper warm start \[\d+\]: {STOPPED_AFTER} (\d+) runs", log)
+    return [int(count) for count in said]
 
 
 def exit_code(status: int) -> int:
@@ -728,8 +736,8 @@ def import_preloaded(names: str) -> tuple[int, list[str]]:
             refused.append(f"{name}: {exc!r}")
             continue
         imported += 1
-        for found in pkgutil.walk_packages(getattr(module, "__path__", []) if whole else [],
-                                           prefix=f"{module.__name__}."):  # fmt: skip
+        below = getattr(module, "__path__", []) if whole else []
+        for found in pkgutil.walk_packages(below, prefix=f"{module.__name__}."):
             try:
                 importlib.import_module(found.name)
                 imported += 1
@@ -1019,7 +1027,7 @@ class WarmServer:
                     self.learn_templates()
             except Exception as exc:  # noqa: BLE001 - one bad request must not end the server
                 self.say(f"{exc!r}")
-        self.say(f"stopped after {self.stats['runs']} runs")
+        self.say(f"{STOPPED_AFTER} {self.stats['runs']} runs")
 
     def stop_listening(self) -> None:
         if self.listener is not None:
@@ -1149,18 +1157,10 @@ def owner_alive(pid: int) -> bool:
     be reaped (a zombie). Its parent may wait for the end of the output the server still holds
     before it reaps it (hack/warm_modules.py's command, run with its output captured)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             state = stat.read().rpartition(b")")[2].split()[:1]
     except FileNotFoundError:
-        return False  # gone since
-    except OSError:
-        return True
+        return False
     return state not in ([b"Z"], [b"X"])
 
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start import (
+    collection_payload_installed,
+    runs_said,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 WARM_MODULES = ROOT / "hack" / "warm_modules.py"
@@ -67,17 +70,13 @@ def ansible(
 
 
 def modules_the_server_ran(said: str) -> int:
-    stopped = re.findall(r"quorumkeeper warm start \[\d+\]: stopped after (\d+) runs", said)
-    assert len(stopped) == 1, said
-    return int(stopped[0])
+    (runs,) = runs_said(said)
+    return runs
 
 
 def comparable(result: dict) -> dict:
     """A result without what differs from one run to the next."""
-    result = json.loads(json.dumps(result))
-    for name in ("_ansible_no_log", "invocation"):
-        result.pop(name, None)
-    return result
+    return {k: v for k, v in result.items() if k not in ("_ansible_no_log", "invocation")}
 
 
 def test_kubernetes_core_modules_run_warm_and_report_what_they_report_cold(
@@ -143,10 +142,6 @@ def test_a_module_whose_payload_is_not_the_installed_collection_runs_cold(kube_a
 @pytest.mark.parametrize("edit", ["module", "module utility"])
 def test_a_payload_is_the_installed_collection_only_when_every_file_it_carries_is(tmp_path, edit):
     import zipfile
-
-    from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start import (
-        collection_payload_installed,
-    )
 
     installed = installed_kubernetes_core()
     carried = {

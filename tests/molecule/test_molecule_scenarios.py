@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start import runs_said
 from kubehelpers import ROOT
 
 pytestmark = [pytest.mark.cluster, pytest.mark.toolchain("minio")]
@@ -84,9 +84,7 @@ def test_scenario(local_cluster, scenario):
     )
     # Its server counts the modules it ran (it says so once molecule is gone): none would mean
     # every module started cold, its kubernetes client imported each time.
-    warm_runs = re.findall(r"quorumkeeper warm start \[\d+\]: stopped after (\d+) runs", output)
-    assert warm_runs and int(warm_runs[-1]) > 0, (
-        f"no module of {scenario} ran warm:\n{output[-4000:]}"
-    )
+    warm_runs = runs_said(output)
+    assert warm_runs and warm_runs[-1] > 0, f"no module of {scenario} ran warm:\n{output[-4000:]}"
     assert not left, f"molecule's cleanup left {left}"
     print(f"molecule scenario {scenario}: {seconds:.1f}s")
