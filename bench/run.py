@@ -2266,6 +2266,23 @@ class PodMilestones:
             entry["ready"] = now
 
 
+class ClusterMilestones:
+    """When a watch first showed an EtcdCluster, and first showed it Available, in seconds from
+    its ``timeline``'s start."""
+
+    def __init__(self, timeline: Timeline):
+        self.timeline, self.seen = timeline, {}
+
+    def note(self, cluster: dict) -> None:
+        now = round(time.monotonic() - self.timeline.started, 2)
+        self.seen.setdefault("seen", now)
+        conditions = (cluster.get("status") or {}).get("conditions") or []
+        if "available" not in self.seen and any(
+            c["type"] == "Available" and c["status"] == "True" for c in conditions
+        ):
+            self.seen["available"] = now
+
+
 def restore_pod_steps(pods: dict[str, dict]) -> list[dict]:
     """Per restore pod: its node, and when its ``fetch`` (download, SHA-256) and ``restore``
     (etcdutl) containers started and finished, in whole seconds (what container statuses say)
@@ -2366,6 +2383,16 @@ def bench_restore(kube: Kube, runs: int, tls: bool = False) -> None:
             f"--field-selector=metadata.name={name}",
             on_update=lambda restore, timeline=timeline: timeline.note(restore.get("status") or {}),
         )
+        # When the restored EtcdCluster itself said Available, between its members' readiness
+        # and the restore's Completed.
+        cluster_seen = ClusterMilestones(timeline)
+        restored_cluster = KubeWatch(
+            kube,
+            CLUSTERS,
+            namespace,
+            f"--field-selector=metadata.name={cluster}",
+            on_update=cluster_seen.note,
+        )
 
         def completed(objects, name=name):
             status = (objects.get(name) or {}).get("status") or {}
@@ -2384,6 +2411,7 @@ def bench_restore(kube: Kube, runs: int, tls: bool = False) -> None:
             restores.stop()
             pods.stop()
             member_pods.stop()
+            restored_cluster.stop()
         seconds = time.monotonic() - started
         host = usage.since()
         restored = EtcdClusterDriver(kube, namespace, name=cluster)
@@ -2397,6 +2425,7 @@ def bench_restore(kube: Kube, runs: int, tls: bool = False) -> None:
                 "timeline": timeline.seen,
                 "pods": restore_pod_steps(pods.objects),
                 "member_pods": members.seen,
+                "cluster": cluster_seen.seen,
                 "host": host,
             }
         )

@@ -13,8 +13,13 @@ resolves, with `go get`, until nothing changes. The etcd wrappers are left as et
 them. Held back: the module each wrapper exists to
 build and the families whose minor versions change APIs (Kubernetes, controller-runtime,
 operator-framework, etcd); a raise that would move a held module, or needs a newer Go, is left
-out. Run it after changing a pin (then `make toolchain`, which rebuilds what changed);
-tests/unit/test_toolchain_align.py fails while the wrappers are not aligned.
+out. Within one Kubernetes minor, though (the wrappers that resolve the same k8s.io/apimachinery),
+Kubernetes' own modules are raised to one version as well: the API and client packages those
+wrappers build are the same source, compiled again for each wrapper as long as one library below
+them (klog, structured-merge-diff) is one release apart; k8s.io/api and client-go were 40% of the
+Go source a cold toolchain compiled. Run it after changing a pin (then `make toolchain`, which
+rebuilds what changed); tests/unit/test_toolchain_align.py fails while the wrappers are not
+aligned.
 
 Usage: python3 hack/toolchain/align.py [--check]
 Stdlib only, like install.py.
@@ -41,8 +46,9 @@ WRAPPERS = sorted(
     ROOT / "hack" / "nodeagent",
     ROOT / "hack" / "soak" / "checker",
 ]
-# Module path prefixes never raised: their minor versions change the APIs the wrappers' subjects
-# are written against, and each wrapper pins its own.
+# Module path prefixes not raised to what other wrappers resolve: their minor versions change the
+# APIs the wrappers' subjects are written against, and each wrapper pins its own (Kubernetes' own
+# modules are raised within one Kubernetes minor only: FAMILY_PREFIXES).
 HELD_PREFIXES = (
     "k8s.io/",
     "sigs.k8s.io/",
@@ -79,6 +85,12 @@ def version_key(version: str) -> tuple:
     return (release, (0, parts))
 
 
+# Raised to one version among the wrappers of one Kubernetes minor, which FAMILY_MODULE's version
+# names (Kubernetes' own modules: their APIs change from one minor to the next, not within one).
+FAMILY_MODULE = "k8s.io/apimachinery"
+FAMILY_PREFIXES = ("k8s.io/", "sigs.k8s.io/", "github.com/google/gnostic-models")
+
+
 def held(module: str) -> bool:
     return module.startswith(HELD_PREFIXES)
 
@@ -103,17 +115,32 @@ def build_list(wrapper: Path) -> dict[str, str]:
     return dict(line.split(" ", 1) for line in sorted(set(listed.splitlines())) if line)
 
 
-def targets(lists: dict[Path, dict[str, str]]) -> dict[str, str]:
-    """Every shared, not held module -> the highest version a wrapper resolves."""
+def targets(lists: dict[Path, dict[str, str]]) -> dict[Path, dict[str, str]]:
+    """Per wrapper: every shared module it resolves -> the version to raise it to. A module that
+    is not held: the highest version any wrapper resolves; one of Kubernetes' own
+    (FAMILY_PREFIXES): the highest the wrappers of its Kubernetes minor resolve."""
     seen: dict[str, list[str]] = {}
+    in_family: dict[tuple[str, str], list[str]] = {}
     for modules in lists.values():
+        family = modules.get(FAMILY_MODULE)
         for module, version in modules.items():
             seen.setdefault(module, []).append(version)
-    return {
+            if family and module.startswith(FAMILY_PREFIXES):
+                in_family.setdefault((family, module), []).append(version)
+    shared = {
         module: max(versions, key=version_key)
         for module, versions in seen.items()
         if len(versions) > 1 and not held(module)
     }
+    wanted = {}
+    for wrapper, modules in lists.items():
+        family = modules.get(FAMILY_MODULE)
+        wanted[wrapper] = {m: shared[m] for m in modules if m in shared}
+        for module in modules:
+            versions = in_family.get((family, module), [])
+            if len(versions) > 1:
+                wanted[wrapper][module] = max(versions, key=version_key)
+    return wanted
 
 
 def behind(modules: dict[str, str], wanted: dict[str, str]) -> dict[str, str]:
@@ -123,7 +150,8 @@ def behind(modules: dict[str, str], wanted: dict[str, str]) -> dict[str, str]:
 
 
 def go_get(wrapper: Path, raises: dict[str, str]) -> bool:
-    """Raise these modules in the wrapper; undo and say no if that moves a held module or fails."""
+    """Raise these modules in the wrapper; undo and say no if that moves another held module or
+    fails."""
     saved = {name: (wrapper / name).read_bytes() for name in ("go.mod", "go.sum")}
     before = build_list(wrapper)
     args = [f"{module}@{version}" for module, version in sorted(raises.items())]
@@ -132,7 +160,7 @@ def go_get(wrapper: Path, raises: dict[str, str]) -> bool:
     )
     if result.returncode == 0:
         after = build_list(wrapper)
-        if all(after.get(m) == v for m, v in before.items() if held(m)):
+        if all(after.get(m) == raises.get(m, v) for m, v in before.items() if held(m)):
             return True
     for name, content in saved.items():
         (wrapper / name).write_bytes(content)
@@ -160,9 +188,10 @@ def main() -> int:
     for round_number in range(1, 8):
         lists = {wrapper: build_list(wrapper) for wrapper in WRAPPERS}
         wanted = targets(lists)
-        todo = {w: r for w, modules in lists.items() if (r := behind(modules, wanted))}
+        todo = {w: r for w, modules in lists.items() if (r := behind(modules, wanted[w]))}
         if not todo:
-            print(f"[align] aligned: {len(wanted)} shared modules", flush=True)
+            shared = len({m for modules in wanted.values() for m in modules})
+            print(f"[align] aligned: {shared} shared modules", flush=True)
             return 0
         if args.check:
             for wrapper, raises in todo.items():

@@ -83,8 +83,10 @@ def module_version(wrapper: Path, module: str) -> str:
 
 
 # How every Go program is built; tests/gotest.py runs `go test` with the same, so that the
-# packages compiled here are found in the Go build cache instead of compiled again.
-GO_BUILD_FLAGS = ["-trimpath"]
+# packages compiled here are found in the Go build cache instead of compiled again. No DWARF:
+# every binary is linked without it (-ldflags -s -w), so the compiler need not write it either
+# (5-10% of a cold build's CPU: CoreDNS from an empty build cache, 349-372 -> 314-329 user CPU-s).
+GO_BUILD_FLAGS = ["-trimpath", "-gcflags=all=-dwarf=false"]
 GO_BUILD_ENV = {"CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
 
 

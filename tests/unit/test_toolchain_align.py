@@ -37,8 +37,37 @@ def test_only_shared_modules_that_are_not_held_get_a_target():
         Path("a"): {"golang.org/x/sys": "v0.40.0", "k8s.io/api": "v0.33.9", "only.a/x": "v1.0.0"},
         Path("b"): {"golang.org/x/sys": "v0.45.0", "k8s.io/api": "v0.35.4"},
     }
-    assert align.targets(lists) == {"golang.org/x/sys": "v0.45.0"}
-    assert align.behind(lists[Path("a")], align.targets(lists)) == {"golang.org/x/sys": "v0.45.0"}
+    wanted = align.targets(lists)
+    assert wanted == {
+        Path("a"): {"golang.org/x/sys": "v0.45.0"},
+        Path("b"): {"golang.org/x/sys": "v0.45.0"},
+    }
+    assert align.behind(lists[Path("a")], wanted[Path("a")]) == {"golang.org/x/sys": "v0.45.0"}
+
+
+def test_kubernetes_own_modules_are_raised_within_one_kubernetes_minor_only():
+    """klog one release apart made each wrapper of Kubernetes 1.35 compile k8s.io/api and
+    client-go again; across minors they stay as each wrapper pins them."""
+    minor_35 = {"k8s.io/apimachinery": "v0.35.4", "k8s.io/api": "v0.35.4"}
+    lists = {
+        Path("kubernetes"): {**minor_35, "k8s.io/klog/v2": "v2.130.1"},
+        Path("nodeagent"): {
+            **minor_35,
+            "k8s.io/klog/v2": "v2.140.0",
+            "github.com/virtual-kubelet/virtual-kubelet": "v1.13.0",
+        },
+        Path("operator"): {"k8s.io/apimachinery": "v0.33.9", "k8s.io/klog/v2": "v2.150.0"},
+        Path("minio"): {"github.com/minio/minio": "v0.0.0-20260212201848-7aac2a2c5b7c"},
+    }
+    wanted = align.targets(lists)
+    raises = {w: align.behind(lists[w], wanted[w]) for w in lists}
+    assert raises == {
+        Path("kubernetes"): {"k8s.io/klog/v2": "v2.140.0"},
+        Path("nodeagent"): {},
+        Path("operator"): {},
+        Path("minio"): {},
+    }
+    assert "k8s.io/klog/v2" not in wanted[Path("operator")]
 
 
 def test_a_build_stamp_changes_with_its_flags():
