@@ -19,9 +19,11 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -103,17 +105,35 @@ def go_build(
     out_dir.mkdir(parents=True, exist_ok=True)
     stamp.unlink(missing_ok=True)
     started = time.monotonic()
-    for name, package in targets.items():
-        log(f"building {package} -> {out_dir / name}")
-        cmd = ["go", "build", *GO_BUILD_FLAGS, "-o", str(out_dir / name)]
-        if ldflags:
-            cmd += ["-ldflags", ldflags]
-        if tags:
-            cmd += ["-tags", tags]
-        run(cmd + [package], cwd=wrapper, env=GO_BUILD_ENV)
+    cmd = ["go", "build", *GO_BUILD_FLAGS]
+    if ldflags:
+        cmd += ["-ldflags", ldflags]
+    if tags:
+        cmd += ["-tags", tags]
+    log(f"building in {out_dir}: {', '.join(f'{n} ({p})' for n, p in targets.items())}")
+    if len(targets) == 1:
+        [(name, package)] = targets.items()
+        run([*cmd, "-o", str(out_dir / name), package], cwd=wrapper, env=GO_BUILD_ENV)
+    else:
+        # One go command for all of a wrapper's programs: it links one while it still compiles
+        # the packages of the next, where one command each waits for every link (Kubernetes'
+        # five with their packages built: 19 s one after the other, 11 s in one command).
+        with tempfile.TemporaryDirectory(dir=out_dir) as built:
+            run([*cmd, "-o", f"{built}/", *targets.values()], cwd=wrapper, env=GO_BUILD_ENV)
+            for name, package in targets.items():
+                os.replace(Path(built) / program_name(package), out_dir / name)
     # -mod=mod may have completed go.sum: the stamp names the inputs as the build left them.
     inputs = build_inputs(wrapper, targets, ldflags, tags)
     stamp.write_text(f"{inputs}\nbuilt in {time.monotonic() - started:.0f}s\n")
+
+
+def program_name(package: str) -> str:
+    """The file name `go build -o DIR/` gives a main package: its last path element, or the one
+    before a major version suffix (go.etcd.io/etcd/server/v3 -> server)."""
+    parent, _, last = package.rpartition("/")
+    if parent and re.fullmatch(r"v([2-9]|[1-9][0-9]+)", last):
+        return parent.rpartition("/")[2]
+    return last
 
 
 def build_inputs(wrapper: Path, targets: dict[str, str], ldflags: str, tags: str) -> str:

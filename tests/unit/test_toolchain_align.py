@@ -77,6 +77,24 @@ def test_a_build_stamp_changes_with_its_flags():
     assert install.build_digest(targets, "", "") != install.build_digest(targets, "", "json1")
 
 
+def test_a_wrappers_programs_are_built_by_one_go_command_under_the_names_asked_for(tmp_path):
+    wrapper = tmp_path / "wrapper"
+    wrapper.mkdir()
+    (wrapper / "go.mod").write_text("module example.com/wrapper\n\ngo 1.22\n")
+    for directory in ("cmd/alpha", "tool/v2"):
+        (wrapper / directory).mkdir(parents=True)
+        (wrapper / directory / "main.go").write_text(
+            f'package main\n\nfunc main() {{ println("{directory}") }}\n'
+        )
+    out = tmp_path / "bin"
+    targets = {"first": "example.com/wrapper/cmd/alpha", "second": "example.com/wrapper/tool/v2"}
+    install.go_build(wrapper, out, targets, "-s -w")
+    assert sorted(p.name for p in out.iterdir()) == [install.COMPLETE, "first", "second"]
+    for name, directory in (("first", "cmd/alpha"), ("second", "tool/v2")):
+        ran = subprocess.run([out / name], capture_output=True, text=True, timeout=30)
+        assert ran.stderr == f"{directory}\n"
+
+
 # The check reads every wrapper's packages from the Go module cache, complete once the last Go
 # step of the tests' part (OLM) is built.
 @pytest.mark.toolchain("olm")
