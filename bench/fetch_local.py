@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A restore pod's download (`qk_objectstore fetch`, the ``fetch`` init container) against boto3's
 `download_file` of the same object, without the cluster: a real MinIO process on this host holding
-one object of ~1 GiB uploaded as a backup is (its SHA-256 recorded); results in
+one object of ~1 GiB, uploaded the way a backup is (its SHA-256 recorded); results in
 bench/results/fetch_local_1gib.json.
 
     bench/fetch_local.py [--runs 5] [--mib 1024] [--previous DIR]
@@ -123,12 +123,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "fetch_local_1gib.json")
     args = parser.parse_args()
 
-    sys.path.insert(0, str(collections_dir(ROOT)))
-    from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_objectstore
-
     trees = {"fetch": ROOT}
     if args.previous:
         trees["fetch (previous)"] = args.previous.resolve()
+    collections = {name: collections_dir(tree) for name, tree in trees.items()}
+    sys.path.insert(0, str(collections["fetch"]))
+    from ansible_collections.quorumkeeper.etcd.plugins.module_utils import qk_objectstore
+
     work = Path(tempfile.mkdtemp(prefix="qk-fetch-bench-"))
     scratch = work / "scratch"
     scratch.mkdir()
@@ -151,11 +152,8 @@ def main() -> int:
             stored = qk_objectstore.upload(qk_objectstore.parse_object_url(url), chunks(), {**KEYS})
             gib = stored["size"] / 2**30
             envs = {
-                name: {
-                    **os.environ,
-                    "PYTHONPATH": str(collections_dir(tree)),
-                }
-                for name, tree in trees.items()
+                name: {**os.environ, "PYTHONPATH": str(where)}
+                for name, where in collections.items()
             }
 
             def fetch(tree_name: str, n: int) -> list[list[str]]:
@@ -203,7 +201,8 @@ def main() -> int:
                     runs.setdefault(kind, []).append(sample)
                     print(json.dumps(sample), flush=True)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        for where in (work, *collections.values()):
+            shutil.rmtree(where, ignore_errors=True)
 
     summary = {
         kind: {

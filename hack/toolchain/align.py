@@ -132,14 +132,16 @@ def targets(lists: dict[Path, dict[str, str]]) -> dict[Path, dict[str, str]]:
         for module, versions in seen.items()
         if len(versions) > 1 and not held(module)
     }
-    wanted = {}
+    wanted: dict[Path, dict[str, str]] = {}
     for wrapper, modules in lists.items():
         family = modules.get(FAMILY_MODULE)
-        wanted[wrapper] = {m: shared[m] for m in modules if m in shared}
+        wanted[wrapper] = {}
         for module in modules:
-            versions = in_family.get((family, module), [])
-            if len(versions) > 1:
-                wanted[wrapper][module] = max(versions, key=version_key)
+            in_minor = in_family.get((family, module), [])
+            if len(in_minor) > 1:
+                wanted[wrapper][module] = max(in_minor, key=version_key)
+            elif module in shared:
+                wanted[wrapper][module] = shared[module]
     return wanted
 
 
