@@ -1,10 +1,15 @@
-"""The addresses the etcdcluster role gives etcd are the ones its members' pods advertise, for
-any client and peer port: the role's own templates (add_member.yml, promote.yml, the endpoints
-in vars/main.yml) rendered by Ansible with the role's settings, against the pod that
-qk_members.render_replicaset makes of the EtcdPeer the same step creates.
+"""The etcdcluster role's own templates, rendered by Ansible with the role's settings.
 
-A port set in one place once reached the pods but not the member etcd learned (the filters
-always used 2380 and 2379): etcd then waits for a peer URL nobody serves."""
+The addresses the role gives etcd are the ones its members' pods advertise, for any client and
+peer port (add_member.yml, promote.yml, the endpoints in vars/main.yml), against the pod that
+qk_members.render_replicaset makes of the EtcdPeer the same step creates. A port set in one
+place once reached the pods but not the member etcd learned (the filters always used 2380 and
+2379): etcd then waits for a peer URL nobody serves.
+
+Every observation a round may report from asks etcd where its history is compacted to. The one
+after a step did not: a reconcile that took steps until the cluster was Available (a rolling
+restart on a busy machine) left status.maintenance.lastCompaction out until the next reconcile
+with nothing to do, ten minutes later (CI saw it missing right after the roll)."""
 
 from __future__ import annotations
 
@@ -33,8 +38,16 @@ VARS_FILES = [
 ]
 
 
+def _tasks(tasks):
+    """Every task of a task list, those in blocks and rescues too."""
+    for task in tasks:
+        yield task
+        for nested in ("block", "rescue", "always"):
+            yield from _tasks(task.get(nested) or [])
+
+
 def _task(file, module):
-    for task in yaml.safe_load((ROLE / "tasks" / file).read_text()):
+    for task in _tasks(yaml.safe_load((ROLE / "tasks" / file).read_text())):
         if module in task:
             return task
     raise AssertionError(f"no {module} task in {file}")
@@ -152,3 +165,36 @@ def test_etcd_learns_the_urls_the_pods_advertise(tmp_path, client_port, peer_por
         advertised = _args(render_replicaset(name, "ns", spec, rendered["settings"]))
         assert endpoint == advertised["advertise-client-urls"]
         assert endpoint.endswith(f":{client_port}")
+
+
+def test_every_observation_a_round_reports_from_asks_for_the_compaction():
+    observations = {
+        path.name: task["etcd_cluster_observe"]
+        for path in sorted((ROLE / "tasks").glob("*.yml"))
+        for task in _tasks(yaml.safe_load(path.read_text()) or [])
+        if "etcd_cluster_observe" in task
+    }
+    assert set(observations) == {"reconcile.yml", "take_step.yml"}, observations
+    for file, arguments in observations.items():
+        assert "compacted_revision" in arguments, f"{file}'s observation leaves the compaction out"
+
+
+@pytest.mark.parametrize(
+    ("observed_before_the_step", "status", "probed_from"),
+    [
+        ({"compacted_revision": 42}, {"maintenance": {"lastCompaction": {"revision": 7}}}, 42),
+        # The probe before the step got no answer: what the status says.
+        ({}, {"maintenance": {"lastCompaction": {"revision": 7}}}, 7),
+        ({}, {}, 0),
+    ],
+)
+def test_the_observation_after_a_step_probes_from_the_revision_last_seen(
+    tmp_path, observed_before_the_step, status, probed_from
+):
+    observe = _task("take_step.yml", "etcd_cluster_observe")["etcd_cluster_observe"]
+    extra_vars = {
+        "etcdcluster_latest": {"etcd": {"members": [], **observed_before_the_step}},
+        "etcdcluster_current": status,
+    }
+    rendered = _render(tmp_path, {"known": observe["compacted_revision"]}, extra_vars, {})
+    assert int(rendered["known"]) == probed_from
