@@ -50,7 +50,7 @@ def namespace(local_cluster):
         timeout=30,
     )
     yield name
-    local_cluster.run("delete", "namespace", name, "--wait=false", check=False)
+    local_cluster.delete_namespace(name)
 
 
 # `make test` runs the suite as concurrent pytest processes (hack/test_lanes.py). The tests that
