@@ -150,8 +150,11 @@ def fresh_namespace(kube: Kube) -> str:
 
 
 def drop_namespace(kube: Kube, namespace: str) -> None:
-    """Delete and wait: pods still terminating would skew the next measurement."""
-    kube.run("delete", "namespace", namespace, "--wait=true", check=False, timeout=600)
+    """Delete and wait: pods still terminating would skew the next measurement. The operator's
+    resources go first (Kube.delete_namespace), so that it does not reconcile clusters whose
+    members the namespace's deletion is stopping while the next measurement waits."""
+    kube.delete_namespace(namespace)
+    wait_until(f"namespace {namespace} gone", lambda: not kube.exists("namespace", namespace), 600)
 
 
 def etcdctl_binary() -> str:
