@@ -19,6 +19,10 @@ truth (conditions, Events) and acts (the NOSPACE loop, a member replacement). Th
 changes the status or etcd: it only says "look now", so there is one writer of the status and
 one place that decides.
 
+When its pod stops (SIGTERM) and ``QK_LEADER_LEASE`` names the manager's leader election Lease,
+it releases that Lease once the manager has stopped (qk_leader_lease), so that the next pod
+does not wait for it to expire.
+
 The decisions (which members, what a ``/health`` answer means, when to nudge) are pure and unit
 tested; ``HealthWatch`` runs them against the API server and the members. Run as
 ``python3 -m ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_health_watch``.
@@ -31,6 +35,7 @@ import errno
 import json
 import os
 import selectors
+import signal
 import socket
 import sys
 import threading
@@ -51,6 +56,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeError,
     direct_client,
 )
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_leader_lease import (
+    release_when_stopped,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_metrics import (
     DEFAULT_EXPORTER_PORT,
     MetricsServer,
@@ -70,6 +78,12 @@ PROBE_TIMEOUT_SECONDS = 2.0
 RENUDGE_SECONDS = 30.0
 # After a watch failed (the API server restarting): list again after this long.
 WATCH_RETRY_SECONDS = 1.0
+# The manager's probe port (its --health-probe-bind-address), which closes when it has stopped.
+DEFAULT_MANAGER_PROBE_PORT = 6789
+# How long a stopping pod's watch waits for the manager to stop before it gives up on releasing
+# the leader Lease; the pod's grace period (10 s) ends it sooner.
+LEASE_RELEASE_WAIT_SECONDS = 60.0
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclass(frozen=True)
@@ -637,6 +651,23 @@ class HealthWatch:
             time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
 
 
+class Stopping(Exception):
+    """SIGTERM: the pod is stopping."""
+
+
+def _stopping(signum, frame):
+    raise Stopping
+
+
+def own_namespace() -> str:
+    """Where the manager's leader election Lease is: its pod's namespace."""
+    namespace = os.environ.get("POD_NAMESPACE", "")
+    if not namespace and os.path.exists(SERVICE_ACCOUNT_NAMESPACE):
+        with open(SERVICE_ACCOUNT_NAMESPACE) as stream:
+            namespace = stream.read().strip()
+    return namespace
+
+
 def watch_namespaces(value: str | None) -> tuple[str, ...]:
     """ansible-operator's WATCH_NAMESPACE: empty for all, else a comma-separated list."""
     return tuple(n.strip() for n in (value or "").split(",") if n.strip())
@@ -683,7 +714,23 @@ def main(argv=None) -> int:
             args.metrics_port,
         ).start()
         print(f"health-watch: the operator's metrics on :{args.metrics_port}/metrics", flush=True)
-    watch.run_forever()
+    # The manager's leader election Lease (its --leader-election-id), released once the manager
+    # has stopped (qk_leader_lease): its successor need not wait for the Lease to expire.
+    lease = os.environ.get("QK_LEADER_LEASE", "")
+    if lease:
+        signal.signal(signal.SIGTERM, _stopping)
+    try:
+        watch.run_forever()
+    except Stopping:
+        outcome = release_when_stopped(
+            direct_client(),
+            own_namespace(),
+            lease,
+            socket.gethostname(),
+            int(os.environ.get("QK_MANAGER_PROBE_PORT") or DEFAULT_MANAGER_PROBE_PORT),
+            LEASE_RELEASE_WAIT_SECONDS,
+        )
+        log(f"health-watch: stopping: {outcome}")
     return 0
 
 

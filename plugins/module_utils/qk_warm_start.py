@@ -711,7 +711,8 @@ def import_module_side() -> int:
         for name in os.listdir(directory)
         if name.startswith("qk_") and name.endswith(".py")
     )
-    skipped = {"qk_warm_start", "qk_health_watch"}  # processes of their own, not module code
+    # Processes of their own and what only they use, not module code.
+    skipped = {"qk_warm_start", "qk_health_watch", "qk_leader_lease"}
     for name in names:
         if name not in skipped:
             importlib.import_module(f"{package}.{name}")

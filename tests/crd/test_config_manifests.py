@@ -186,7 +186,15 @@ def test_manager_deployment(rendered):
         "WATCH_NAMESPACE": "",
         "QK_HEALTH_WATCH_INTERVAL": "5",
         "QK_METRICS_PORT": "8081",
+        "QK_LEADER_LEASE": "quorumkeeper",
+        "QK_MANAGER_PROBE_PORT": "6789",
+        "POD_NAMESPACE": None,
     }
+    # What it releases when the pod stops, and what it waits on first, are the manager's own.
+    assert f"--leader-election-id={watch_env['QK_LEADER_LEASE']}" in c["args"]
+    assert f"--health-probe-bind-address=:{watch_env['QK_MANAGER_PROBE_PORT']}" in c["args"]
+    pod_namespace = next(e for e in watch["env"] if e["name"] == "POD_NAMESPACE")
+    assert pod_namespace["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.namespace"}}
     assert watch["resources"]["limits"] == {"cpu": "200m", "memory": "128Mi"}
     assert watch["securityContext"]["allowPrivilegeEscalation"] is False
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from datetime import datetime
 
 import pytest
 from kubehelpers import CLUSTERS, ROOT, running_operator_pod, wait_until
@@ -143,6 +145,42 @@ def test_operator_killed_during_scale_up_converges(etcd_cluster):
     faults.crash_pod(OPERATOR_NAMESPACE, operator_pod)
     etcd_cluster.wait_available(5, timeout=300)
     assert etcd_cluster.value("steady") == "state"
+
+
+# Deletes the operator's pod every other test relies on.
+@pytest.mark.exclusive
+def test_deleted_operator_pod_hands_leadership_over_before_its_lease_expires(etcd_cluster):
+    """ansible-operator keeps its leader Lease when it stops; the pod's health watch releases it
+    once the manager has stopped, so the replacement pod leads without waiting it out."""
+    kube = etcd_cluster.kube
+    old = running_operator_pod(kube, OPERATOR_NAMESPACE)
+
+    def led_by_old():
+        lease = kube.get("lease", "quorumkeeper", OPERATOR_NAMESPACE)
+        return (lease["spec"].get("holderIdentity") or "").startswith(old + "_") and lease
+
+    # A pod an earlier test started may still be waiting for its predecessor's Lease.
+    lease = wait_until(f"{old} to lead", led_by_old, timeout=60, interval=0.2)
+    deleted_at = time.time()
+    kube("delete", "pod", old, "-n", OPERATOR_NAMESPACE, "--wait=false")
+
+    def new_leader():
+        spec = kube.get("lease", "quorumkeeper", OPERATOR_NAMESPACE)["spec"]
+        holder = spec.get("holderIdentity") or ""
+        return holder and not holder.startswith(old + "_") and spec
+
+    spec = wait_until("another pod to hold the leader Lease", new_leader, timeout=120, interval=0.2)
+    # A Lease kept is taken only once its candidate has seen it unrenewed for its whole duration,
+    # a time the candidate, started after the deletion, begins counting after it.
+    acquired = datetime.fromisoformat(spec["acquireTime"].replace("Z", "+00:00")).timestamp()
+    duration = lease["spec"]["leaseDurationSeconds"]
+    assert acquired - deleted_at < duration, (
+        f"the new pod led {acquired - deleted_at:.1f} s after the deletion: the Lease was not "
+        f"released ({duration} s)"
+    )
+    # And it reconciles.
+    etcd_cluster.create(1)
+    etcd_cluster.wait_available(1)
 
 
 def test_paused_cluster_is_left_alone_until_resumed(etcd_cluster):
