@@ -17,6 +17,9 @@ import manifest as toolchain_manifest  # noqa: E402 - hack/toolchain/manifest.py
 
 if str(ROOT / "collections") not in sys.path:
     sys.path.append(str(ROOT / "collections"))
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (  # noqa: E402
+    API_VERSION,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (  # noqa: E402
     KubeClient,
     KubeError,
@@ -63,7 +66,6 @@ def wait_until(description: str, predicate, timeout: float = 60.0, interval: flo
 
 # The operator's own resources, most dependent first (an EtcdRestore creates its EtcdCluster,
 # an EtcdBackupSchedule its EtcdBackups).
-QUORUMKEEPER_API = "etcd.quorumkeeper.dev/v1alpha1"
 QUORUMKEEPER_RESOURCES = (
     "etcdrestores",
     "etcdbackupschedules",
@@ -264,7 +266,7 @@ class Kube:
         quoted = urllib.parse.quote(name, safe="")
         try:
             for plural in QUORUMKEEPER_RESOURCES:
-                path = f"/apis/{QUORUMKEEPER_API}/namespaces/{quoted}/{plural}"
+                path = f"/apis/{API_VERSION}/namespaces/{quoted}/{plural}"
                 try:
                     self.reader.request(path, method="DELETE", body=background)
                 except KubeError as error:

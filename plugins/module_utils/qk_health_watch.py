@@ -53,6 +53,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
     ordinal_of,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
+    SERVICE_ACCOUNT_DIR,
     KubeError,
     direct_client,
 )
@@ -83,7 +84,6 @@ DEFAULT_MANAGER_PROBE_PORT = 6789
 # How long a stopping pod's watch waits for the manager to stop before it gives up on releasing
 # the leader Lease; the pod's grace period (10 s) ends it sooner.
 LEASE_RELEASE_WAIT_SECONDS = 60.0
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 @dataclass(frozen=True)
@@ -662,8 +662,9 @@ def _stopping(signum, frame):
 def own_namespace() -> str:
     """Where the manager's leader election Lease is: its pod's namespace."""
     namespace = os.environ.get("POD_NAMESPACE", "")
-    if not namespace and os.path.exists(SERVICE_ACCOUNT_NAMESPACE):
-        with open(SERVICE_ACCOUNT_NAMESPACE) as stream:
+    file = os.path.join(SERVICE_ACCOUNT_DIR, "namespace")
+    if not namespace and os.path.exists(file):
+        with open(file) as stream:
             namespace = stream.read().strip()
     return namespace
 

@@ -12,6 +12,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_leader_lease 
     held_by_host,
     release_when_stopped,
 )
+from fakeclock import Clock
 
 NOW = datetime.datetime(2026, 12, 5, 19, 0, 0, 123456, tzinfo=datetime.UTC)
 
@@ -40,19 +41,6 @@ def create_lease(client, namespace, holder, transitions=3):
 
 def read_lease(client, namespace):
     return client.request("GET", LEASE_PATH.format(namespace=namespace, name="quorumkeeper"))
-
-
-class Clock:
-    """Time that passes only when the code under test sleeps."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def release(client, namespace, hostname="operator-abc", answers=(False,), wait=5.0):

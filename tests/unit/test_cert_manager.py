@@ -25,23 +25,11 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_tls import (
     issue_leaf,
     new_ca,
 )
+from fakeclock import Clock
 
 NETWORK = ClusterNetwork("c", "ns", client_scheme="https", peer_scheme="https")
 ISSUER = {"name": "ca-issuer"}
 CA, CA_KEY = new_ca("issuer CA")
-
-
-class Clock:
-    """Time that passes only when slept."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-    def sleep(self, seconds):
-        self.now += seconds
 
 
 def ensure_now(api, wanted, **options):

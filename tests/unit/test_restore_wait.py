@@ -11,6 +11,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore impor
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe import (
     wait_for_next_step,
 )
+from fakeclock import Clock
 from test_restore_plan import observed, our_cluster, ours, pods
 
 MEMBERS = ("c-0", "c-1", "c-2")
@@ -44,26 +45,12 @@ class Reads:
         return self.answers[min(len(self.asked), len(self.answers)) - 1]
 
 
-class Clock:
-    """Time that moves only when the wait sleeps (no test waits for real)."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self):
-        return self.now
-
-
 @pytest.fixture
 def clock(monkeypatch):
     clock = Clock()
-
-    def sleep(seconds):
-        clock.now += seconds
-
     monkeypatch.setattr(
         "ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_restore_observe.time.sleep",
-        sleep,
+        clock.sleep,
     )
     return clock
 
