@@ -68,6 +68,7 @@ class EtcdSession:
         self._key = _read_file(profile.client_key)
         self._loop = asyncio.new_event_loop()
         self._channels = {}
+        self._blocking_channels = {}
         # Endpoints a call of this run stopped waiting for because they had not connected
         # (qk_etcd's _unless_unconnected): a later call gives them a moment only.
         self._unconnected = set()
@@ -98,6 +99,9 @@ class EtcdSession:
         finally:
             self._channels.clear()
             self._loop.close()
+            for ch in self._blocking_channels.values():
+                ch.close()
+            self._blocking_channels.clear()
 
     def _run(self, coro):
         return self._loop.run_until_complete(coro)
@@ -105,23 +109,41 @@ class EtcdSession:
     def _channel(self, endpoint, extra_options=()):
         ch = self._channels.get((endpoint, extra_options))
         if ch is None:
-            target, secure = endpoint_target(endpoint)
-            options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.enable_retries", 0)]
-            options.extend(extra_options)
-            # An explicit scheme says it (a cluster turning client TLS on or off serves some
-            # members over http, others over https, to the same profile); a bare host:port
-            # is dialled with TLS when the profile has a CA.
-            if secure or ("://" not in endpoint and self._ca is not None):
-                creds = grpc.ssl_channel_credentials(
-                    root_certificates=self._ca,
-                    private_key=self._key,
-                    certificate_chain=self._cert,
-                )
-                ch = grpc.aio.secure_channel(target, creds, options=options)
-            else:
-                ch = grpc.aio.insecure_channel(target, options=options)
+            ch = self._open_channel(grpc.aio, endpoint, extra_options)
             self._channels[(endpoint, extra_options)] = ch
         return ch
+
+    def _blocking_channel(self, endpoint, extra_options=()):
+        """A channel of gRPC's blocking stack, with the same target, TLS and options as
+        ``_channel``'s: for a stream of many small messages read outside the event loop
+        (qk_etcd's snapshot), where handing each one over to the loop would cost a thread
+        switch. Closed with the session."""
+        ch = self._blocking_channels.get((endpoint, extra_options))
+        if ch is None:
+            ch = self._open_channel(grpc, endpoint, extra_options)
+            self._blocking_channels[(endpoint, extra_options)] = ch
+        return ch
+
+    def _open_channel(self, stack, endpoint, extra_options):
+        """A channel to ``endpoint`` from ``stack`` (``grpc.aio`` or ``grpc``)."""
+        target, secure = endpoint_target(endpoint)
+        options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.enable_retries", 0)]
+        options.extend(extra_options)
+        # An explicit scheme says it (a cluster turning client TLS on or off serves some
+        # members over http, others over https, to the same profile); a bare host:port
+        # is dialled with TLS when the profile has a CA.
+        if secure or ("://" not in endpoint and self._ca is not None):
+            creds = grpc.ssl_channel_credentials(
+                root_certificates=self._ca,
+                private_key=self._key,
+                certificate_chain=self._cert,
+            )
+            return stack.secure_channel(target, creds, options=options)
+        return stack.insecure_channel(target, options=options)
+
+    def _call_metadata(self):
+        """What every call outside a service sends: the etcd user's token, if any."""
+        return (("token", self._token),) if self._token else None
 
     def _service(self, kind, channel):
         service = kind(channel, max_attempts=1)

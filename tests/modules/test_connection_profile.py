@@ -233,6 +233,24 @@ def test_a_profile_with_the_right_credentials_reads_and_writes(auth_member):
         assert client.status(auth_member)["id"] == members[0]["id"]
 
 
+def test_a_snapshot_streams_with_the_users_token_and_is_refused_in_words_without(auth_member):
+    """The snapshot is read on a channel of gRPC's blocking stack, outside the services that
+    carry the token: it must send the token too."""
+    with (
+        etcd_client(ConnectionProfile([auth_member], timeout=3)) as anonymous,
+        pytest.raises(EtcdOperationError) as refused,
+    ):
+        next(anonymous.snapshot(auth_member, timeout=10))
+    assert str(refused.value).startswith(f"Maintenance.Snapshot via {auth_member} failed: ")
+    assert "user name is empty" in str(refused.value)
+    profile = ConnectionProfile([auth_member], timeout=3, username="root", password=ROOT_PASSWORD)
+    with etcd_client(profile) as client:
+        snapshot = b"".join(client.snapshot(auth_member, timeout=10))
+    # A bolt database: its meta page's magic number, then etcd's SHA-256 of it appended.
+    assert snapshot[16:20] == (0xED0CDAED).to_bytes(4, "little"), snapshot[:32]
+    assert len(snapshot) % 4096 == 32
+
+
 def test_a_wrong_password_is_refused_in_words_naming_the_user(auth_member):
     profile = ConnectionProfile([auth_member], timeout=3, username="root", password="wrong")
     with pytest.raises(EtcdOperationError) as refused, etcd_client(profile):
