@@ -582,20 +582,25 @@ class EtcdClient(EtcdSession):
         CPU-seconds through the loop, 5.1 read here while another benchmark ran; 5.2 against
         5.1 on an idle machine).
         """
-        read = self._blocking_channel(endpoint, SNAPSHOT_CHANNEL_OPTIONS).unary_stream(
+        # One channel for this stream, closed with it (which ends the call if it still runs).
+        channel = self._open_channel(grpc, endpoint, SNAPSHOT_CHANNEL_OPTIONS)
+        read = channel.unary_stream(
             SNAPSHOT_METHOD,
             request_serializer=SnapshotRequest.SerializeToString,
             response_deserializer=SnapshotResponse.FromString,
         )
-        responses = read(SnapshotRequest(), timeout=timeout, metadata=self._call_metadata())
-        piece, size = [], 0
         try:
-            for response in responses:
+            piece, size = [], 0
+            for response in read(
+                SnapshotRequest(), timeout=timeout, metadata=self._call_metadata()
+            ):
                 piece.append(response.blob)
                 size += len(response.blob)
                 if size >= SNAPSHOT_PIECE_BYTES:
                     yield b"".join(piece)
                     piece, size = [], 0
+            if piece:
+                yield b"".join(piece)
         except grpc.RpcError as exc:
             raise EtcdOperationError(
                 f"Maintenance.Snapshot via {endpoint} failed: {exc.code().name}"
@@ -603,6 +608,4 @@ class EtcdClient(EtcdSession):
                 exc,
             ) from exc
         finally:
-            responses.cancel()
-        if piece:
-            yield b"".join(piece)
+            channel.close()

@@ -68,7 +68,6 @@ class EtcdSession:
         self._key = _read_file(profile.client_key)
         self._loop = asyncio.new_event_loop()
         self._channels = {}
-        self._blocking_channels = {}
         # Endpoints a call of this run stopped waiting for because they had not connected
         # (qk_etcd's _unless_unconnected): a later call gives them a moment only.
         self._unconnected = set()
@@ -99,9 +98,6 @@ class EtcdSession:
         finally:
             self._channels.clear()
             self._loop.close()
-            for ch in self._blocking_channels.values():
-                ch.close()
-            self._blocking_channels.clear()
 
     def _run(self, coro):
         return self._loop.run_until_complete(coro)
@@ -113,19 +109,11 @@ class EtcdSession:
             self._channels[(endpoint, extra_options)] = ch
         return ch
 
-    def _blocking_channel(self, endpoint, extra_options=()):
-        """A channel of gRPC's blocking stack, with the same target, TLS and options as
-        ``_channel``'s: for a stream of many small messages read outside the event loop
-        (qk_etcd's snapshot), where handing each one over to the loop would cost a thread
-        switch. Closed with the session."""
-        ch = self._blocking_channels.get((endpoint, extra_options))
-        if ch is None:
-            ch = self._open_channel(grpc, endpoint, extra_options)
-            self._blocking_channels[(endpoint, extra_options)] = ch
-        return ch
-
     def _open_channel(self, stack, endpoint, extra_options):
-        """A channel to ``endpoint`` from ``stack`` (``grpc.aio`` or ``grpc``)."""
+        """A new channel to ``endpoint`` from ``stack``: ``grpc.aio`` for the calls on the event
+        loop (``_channel`` keeps one per endpoint), ``grpc`` for a stream of many small messages
+        read outside it (qk_etcd's snapshot), where handing each one over to the loop would
+        cost a thread switch; the caller closes the latter."""
         target, secure = endpoint_target(endpoint)
         options = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.enable_retries", 0)]
         options.extend(extra_options)
