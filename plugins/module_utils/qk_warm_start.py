@@ -280,7 +280,7 @@ class TemplateResults:
     def __init__(self):
         from ansible.parsing.yaml.objects import AnsibleMapping, AnsibleSequence, AnsibleUnicode
         from ansible.utils.native_jinja import NativeJinjaText
-        from ansible.utils.unsafe_proxy import AnsibleUnsafeText, NativeJinjaUnsafeText, wrap_var
+        from ansible.utils.unsafe_proxy import AnsibleUnsafeText, NativeJinjaUnsafeText
 
         # Types whose text is that of a plain str, dict or list (their repr is the plain one,
         # or AnsibleUnsafeText's, which is the same text).
@@ -295,7 +295,7 @@ class TemplateResults:
         self.list_types = {list, AnsibleSequence}
         # A tuple's text starts with "(": ansible returns that text, not a tuple.
         self.containers = self.dict_types | self.list_types
-        self.wrap_var = wrap_var
+        self.unsafe_text = AnsibleUnsafeText
         self.original = None
 
     def copy(self, value, depth: int = 0) -> tuple[object, bool]:
@@ -330,6 +330,22 @@ class TemplateResults:
             return (items if kind is not tuple else tuple(items)), unsafe
         raise NotPlainData(kind)
 
+    def unsafe(self, value):
+        """``wrap_var(value)`` for what ``copy`` returns (dicts, lists, tuples, plain strings,
+        numbers, booleans, None): the same types, without ansible's checks of every value
+        against its abstract base classes. The reconciled object's strings are unsafe
+        (linear_inline), so every template result made from it is wrapped."""
+        kind = type(value)
+        if kind is str:
+            return self.unsafe_text(value)
+        if kind is dict:
+            return {self.unsafe(key): self.unsafe(item) for key, item in value.items()}
+        if kind is list:
+            return [self.unsafe(item) for item in value]
+        if kind is tuple:
+            return tuple(self.unsafe(item) for item in value)
+        return value
+
     def concat(self, nodes):
         """``ansible_eval_concat(nodes)``, the same result."""
         head = list(itertools.islice(nodes, 2))
@@ -339,7 +355,7 @@ class TemplateResults:
             except NotPlainData:
                 pass
             else:
-                return self.wrap_var(result) if unsafe else result
+                return self.unsafe(result) if unsafe else result
         if isinstance(nodes, types.GeneratorType):
             nodes = (node for node in itertools.chain(head, nodes))
         return self.original(nodes)

@@ -308,3 +308,77 @@ def test_tasks_are_decided_and_run_without_a_worker_unless_they_need_one(both):
     assert all(pid != linear_pid for pid in linear_decided.values())
     assert {label: inline_decided[label] for label in here} == dict.fromkeys(here, inline_pid)
     assert inline_decided["timeout"] != inline_pid
+
+
+RECONCILED = {
+    "apiVersion": "probe.example/v1",
+    "kind": "Probe",
+    "metadata": {"name": "p", "namespace": "ns", "annotations": {"note": "{{ 6 * 7 }}"}},
+    "spec": {"name": "{{ 6 * 7 }}", "items": ["{% if true %}x{% endif %}", 3]},
+}
+
+OBJECT_PLAYBOOK = """---
+- name: The reconciled object is data
+  hosts: localhost
+  gather_facts: false
+  strategy: {strategy}
+  vars:
+    probe_spec: "{{{{ _probe_example_probe.spec | combine({{'added': 1}}) }}}}"
+  tasks:
+    - name: Read the object
+      ansible.builtin.set_fact:
+        read_whole: "{{{{ _probe_example_probe }}}}"
+        read_spec: "{{{{ probe_spec }}}}"
+        read_note: "{{{{ _probe_example_probe.metadata.annotations.note }}}}"
+        read_name: "{{{{ _probe_example_probe.metadata.name ~ '-' ~ other }}}}"
+        read_other: "{{{{ other }}}}"
+"""
+
+
+def facts_set(tmp_path: Path, strategy: str) -> dict:
+    """The facts the object playbook set with ``strategy``, the object and a plain extra
+    variable given as ansible-operator gives them (-e @file)."""
+    ident = strategy.replace(".", "_")
+    (tmp_path / f"{ident}.yml").write_text(OBJECT_PLAYBOOK.format(strategy=strategy))
+    (tmp_path / "extravars.json").write_text(
+        json.dumps({"_probe_example_probe": RECONCILED, "other": "{{ 1 + 1 }}"})
+    )
+    venv = Path(sys.executable).parent
+    done = subprocess.run(
+        [
+            str(venv / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"@{tmp_path / 'extravars.json'}",
+            str(tmp_path / f"{ident}.yml"),
+        ],
+        env=dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+            ANSIBLE_HOME=str(tmp_path / "home"),
+            ANSIBLE_STDOUT_CALLBACK="json",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    task = json.loads(done.stdout)["plays"][0]["tasks"][0]
+    return task["hosts"]["localhost"]["ansible_facts"]
+
+
+def test_the_reconciled_object_is_never_templated(tmp_path):
+    """ansible-operator's copy of the object holds what users wrote: a ``{{`` in it is text
+    (ansible.builtin.linear evaluates it, ours does not), everything else reads the same."""
+    inline = facts_set(tmp_path, "quorumkeeper.etcd.linear_inline")
+    assert inline["read_whole"] == RECONCILED
+    assert inline["read_spec"] == {**RECONCILED["spec"], "added": 1}
+    assert inline["read_note"] == "{{ 6 * 7 }}"
+    # Names, and every other extra variable, as before.
+    assert inline["read_name"] == "p-2" and inline["read_other"] == "2"
+    linear = facts_set(tmp_path, "ansible.builtin.linear")
+    assert linear["read_note"] == "42" and linear["read_spec"]["name"] == "42"
+    assert linear["read_name"] == inline["read_name"]
