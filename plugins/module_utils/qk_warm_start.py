@@ -94,6 +94,12 @@ UNCACHEABLE_TEMPLATE = re.compile(
     r"|\bis\s+(not\s+)?(exists|file|directory|link|mount|same_file)\b"
 )
 TEMPLATE_CACHE_LIMIT = 20000
+# What modules import only when they use it (the object stores' clients: DeferredModule in
+# qk_objectstore_transfer). A module run that imported one tells the server, which imports it
+# too (learn_import), between runs: the runs after it find it imported. boto3 costs a module
+# run about 0.3 CPU-s (its import and its first client), google-cloud-storage 0.2, and the
+# server about 45 MiB each, paid only by an operator whose resources use that store.
+LEARNED_IMPORTS = ("boto3", "google.cloud.storage")
 OWNER_CHECK_SECONDS = 2.0
 
 
@@ -848,6 +854,27 @@ def run_module_script(argv: list[str]) -> int:
     return 0
 
 
+def imported_since(before: set[str]) -> list[str]:
+    """Which of LEARNED_IMPORTS a run imported: imported now, not in ``before``."""
+    return [name for name in LEARNED_IMPORTS if name in sys.modules and name not in before]
+
+
+def learn_import(name: str) -> bool:
+    """Import one of LEARNED_IMPORTS that a child reported, and warm it up: True if new. A
+    client built here (no credentials looked up, no connection made) loads what every first
+    client of a process would: boto3's endpoint data and service model code."""
+    if name not in LEARNED_IMPORTS or name in sys.modules:
+        return False
+    import importlib
+
+    module = importlib.import_module(name)
+    if name == "boto3":
+        module.session.Session().client(
+            "s3", region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-"
+        )
+    return True
+
+
 def finish(code: int) -> None:
     """Leave a child the way an interpreter exits, without running the server's exit handlers
     (they were cleared at the fork; this runs only the child's own)."""
@@ -1041,7 +1068,7 @@ class WarmServer:
                 if self.listener is not None and self.listener in ready:
                     self.accept()
                 if self.learn_read in ready:
-                    self.learn_templates()
+                    self.learn()
             except Exception as exc:  # noqa: BLE001 - one bad request must not end the server
                 self.say(f"{exc!r}")
         self.say(f"{STOPPED_AFTER} {self.stats['runs']} runs")
@@ -1101,15 +1128,44 @@ class WarmServer:
                     conn.sendall(EXITED + struct.pack("!I", exit_code(status)))
                 conn.close()
 
-    def learn_templates(self) -> None:
+    def learn(self) -> None:
+        """What children reported: templates they compiled, modules they imported."""
         for _ in range(64):  # a few at a time: runs waiting to be accepted come first
             try:
                 message = self.learn_read.recv(1 << 22, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
+            if message.startswith(b"{"):
+                self.learn_import(message)
+                continue
             with contextlib.suppress(ValueError):
                 if self.templates.learn(self.environment, message):
                     self.stats["learned"] += 1
+
+    def learn_import(self, message: bytes) -> None:
+        try:
+            name = str(json.loads(message).get("import"))
+        except (ValueError, AttributeError):
+            return
+        started = time.process_time()
+        if not learn_import(name):
+            return
+        # As after warming up: a thread would not survive a fork in a usable state.
+        threads = len(os.listdir("/proc/self/task"))
+        if threads > 1 and not self.modules_cold:
+            self.modules_cold = f"{threads} threads after importing {name}"
+        self.say(
+            f"imported {name} for the modules after the one that used it "
+            f"({time.process_time() - started:.2f} CPU-s)"
+            + (f"; modules start cold: {self.modules_cold}" if self.modules_cold else "")
+        )
+
+    def report_imports(self, before: set[str]) -> None:
+        """In a child, after its module ran: tell the server what it imported of
+        LEARNED_IMPORTS (a full socket only means a later run tells it)."""
+        for name in imported_since(before):
+            with contextlib.suppress(OSError):
+                self.learn_write.send(json.dumps({"import": name}).encode(), socket.MSG_DONTWAIT)
 
     def run_child(self, request: dict, fds: list[int]) -> None:
         """The forked child: becomes ansible-runner with the client's streams. Never returns."""
@@ -1133,7 +1189,11 @@ class WarmServer:
             os.environ[SERVER_VARIABLE] = str(self.pid)
             if request["kind"] == "module":
                 name_process(module_name(request["argv"]))
-                code = run_module_script(request["argv"])
+                before = set(sys.modules)
+                try:
+                    code = run_module_script(request["argv"])
+                finally:
+                    self.report_imports(before)
             else:
                 name_process("ansible-runner")
                 code = run_runner(request["argv"], self.warm_configuration, self.ansiballz_cache)

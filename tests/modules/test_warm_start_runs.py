@@ -37,10 +37,14 @@ from ansible.module_utils.basic import AnsibleModule
 
 def main():
     module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    boto3_before = "boto3" in sys.modules
+    if os.environ.get("PROBE_IMPORT_BOTO3") == "1":
+        import boto3  # noqa: F401 - as an object store's module imports it when it uses it
     module.exit_json(
         changed=False,
         warm="ansible.cli.playbook" in sys.modules,
         server=os.environ.get("QK_WARM_START_SERVER", ""),
+        boto3_before=boto3_before,
     )
 
 
@@ -242,9 +246,16 @@ def run(setup: dict, ident: str, **env) -> dict:
         if b.get("event") == "runner_on_ok"
         and b["event_data"].get("task_action") == "requeue_after"
     ]
+    probe = [
+        b["event_data"]["res"]
+        for b in receiver.bodies
+        if b.get("event") == "runner_on_ok"
+        and b["event_data"].get("task") == "Run a module of the operator's library"
+    ]
     return {
         "rc": result.returncode,
         "output": result.stdout + result.stderr,
+        "probe": probe[0] if probe else {},
         "events": receiver.events(),
         "statuses": [b["status"] for b in receiver.bodies if "status" in b],
         "said": messages[0] if messages else "",
@@ -303,6 +314,33 @@ def test_other_ansible_settings_run_a_real_ansible_playbook(warm_setup):
     (server,) = server_pids(warm_setup["name"])
     # ansible-runner itself and the modules were still forked from the server.
     assert f"playbook-server={server} module-warm=True" in other["said"]
+
+
+def test_what_a_module_imported_for_its_store_is_imported_by_the_server_for_the_next(warm_setup):
+    """boto3 stays out of the server until a module uses it (an operator without S3 never pays
+    its memory); after one has, the modules after it find it imported."""
+    run(warm_setup, "1")
+    wait_for_server(warm_setup["name"])
+    plain = run(warm_setup, "2")
+    assert plain["rc"] == 0, plain["output"]
+    assert plain["probe"]["warm"] is True
+    assert plain["probe"]["boto3_before"] is False
+
+    first = run(warm_setup, "3", PROBE_IMPORT_BOTO3="1")
+    assert first["rc"] == 0, first["output"]
+    assert first["probe"]["warm"] is True
+    assert first["probe"]["boto3_before"] is False
+    # The server imports it between runs, once it has read the report: a later run finds it.
+    deadline, ident, later = time.monotonic() + 30, 4, {}
+    while time.monotonic() < deadline:
+        later = run(warm_setup, str(ident))
+        assert later["rc"] == 0, later["output"]
+        if later["probe"]["boto3_before"]:
+            break
+        ident += 1
+        time.sleep(0.2)
+    assert later["probe"] == {**later["probe"], "warm": True, "boto3_before": True}
+    assert later["events"] == plain["events"]
 
 
 def test_a_changed_operator_file_retires_the_server(warm_setup):
