@@ -51,10 +51,14 @@ if HAS_ETCD3AIO:
 # A snapshot streams faster than it is uploaded, so its reader waits for the upload; meanwhile
 # gRPC keeps accepting data up to the HTTP/2 flow-control window, which its bandwidth-delay
 # probing grows by tens of MiB on a fast link (measured). A fixed 4 MiB window bounds that and
-# still lets etcd send at full speed whenever the reader reads.
+# still lets etcd send at full speed whenever the reader reads. gRPC's single-threaded
+# unary-stream path (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, a Python-side
+# option) reads each message on the reading thread instead of handing it over from gRPC's own
+# polling thread: a wake-up less for each of a 1 GiB snapshot's 33,000 messages.
 SNAPSHOT_CHANNEL_OPTIONS = (
     ("grpc.http2.bdp_probe", 0),
     ("grpc.http2.lookahead_bytes", 4 * 1024 * 1024),
+    ("SingleThreadedUnaryStream", 1),
 )
 # etcd sends a snapshot in 32 KiB messages; the reader hands them on joined into pieces of about
 # 1 MiB, so that what consumes them (hashing, regrouping into upload parts) runs once a piece.

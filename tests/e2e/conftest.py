@@ -305,9 +305,27 @@ def s3(request, s3_port):
     client = s3_client(s3_port)
     client.create_bucket(Bucket=bucket)
     yield client
+    wait_until(
+        f"bucket {bucket} emptied and deleted",
+        lambda: empty_and_delete_bucket(client, bucket),
+        timeout=60,
+        interval=1,
+    )
+
+
+def empty_and_delete_bucket(client, bucket: str) -> bool:
+    """True once ``bucket`` is gone. A test may end with the operator still writing into it
+    (a resumed schedule's next backup lands between the listing and the delete), so a bucket
+    that is not empty yet is emptied again on the next try rather than failing the teardown."""
     for obj in client.list_objects_v2(Bucket=bucket).get("Contents", []):
         client.delete_object(Bucket=bucket, Key=obj["Key"])
-    client.delete_bucket(Bucket=bucket)
+    try:
+        client.delete_bucket(Bucket=bucket)
+    except client.exceptions.ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "BucketNotEmpty":
+            raise
+        return False
+    return True
 
 
 @pytest.fixture
