@@ -769,13 +769,19 @@ def import_preloaded(names: str) -> tuple[int, list[str]]:
     return imported, refused
 
 
-def module_name(argv: list[str]) -> str:
+# What AnsiballZ's script names its payload after: the module's name (ansible's module_common).
+ANSIBALLZ_MODULE = re.compile(rb"mkdtemp\(prefix='ansible_' \+ '([\w.]+)' \+ '_payload_'\)")
+
+
+def module_name(argv: list[str], script: bytes = b"") -> str:
     """The module an AnsiballZ command line runs: ``etcd_snapshot`` for
-    ``[python, .../AnsiballZ_etcd_snapshot.py]``; ``module`` when it is not one."""
-    script = os.path.basename(argv[1]) if len(argv) > 1 else ""
-    if script.startswith("AnsiballZ_") and script.endswith(".py"):
-        return script[len("AnsiballZ_") : -len(".py")]
-    return "module"
+    ``[python, .../AnsiballZ_etcd_snapshot.py]``, or for ``[python]`` and the script on standard
+    input (ansible's pipelining) the module its text names; ``module`` when it is not one."""
+    path = os.path.basename(argv[1]) if len(argv) > 1 else ""
+    if path.startswith("AnsiballZ_") and path.endswith(".py"):
+        return path[len("AnsiballZ_") : -len(".py")]
+    named = ANSIBALLZ_MODULE.search(script) if not path else None
+    return named.group(1).decode() if named else "module"
 
 
 def name_process(name: str) -> None:
@@ -816,9 +822,41 @@ def collection_payload_installed(payload: str, package: str) -> bool:
     return True
 
 
-def run_module_script(argv: list[str]) -> int:
-    """A module's AnsiballZ script (``argv``: the interpreter, the script, its arguments) run
-    here, finding what it imports already imported.
+# A cold interpreter for a script that came on standard input, which the warm child has read:
+# it gets the script from a file it removes first, and runs it as ``python3 < script`` would.
+RUN_PIPED_SCRIPT_COLD = (
+    "import os, sys; path = sys.argv[1]; source = open(path, 'rb').read(); os.unlink(path); "
+    "sys.argv = ['']; del os, path; exec(compile(source, '<stdin>', 'exec'))"
+)
+
+
+def start_cold(argv: list[str], script: bytes | None) -> None:
+    """The module's script again, in a new interpreter (this process becomes it)."""
+    if script is None:
+        os.execv(sys.executable, [sys.executable, *argv[1:]])
+    descriptor, path = tempfile.mkstemp(prefix="AnsiballZ_piped_", suffix=".py")
+    with os.fdopen(descriptor, "wb") as copy:
+        copy.write(script)
+    os.execv(sys.executable, [sys.executable, "-c", RUN_PIPED_SCRIPT_COLD, path])
+
+
+def run_piped_script(script: bytes) -> None:
+    """A script read from standard input, run as ``python3 < script`` runs it: as ``__main__``,
+    without ``__file__`` (AnsiballZ expects that when pipelined), ``sys.argv`` being ``['']``."""
+    main = types.ModuleType("__main__")
+    saved = sys.modules["__main__"]
+    sys.modules["__main__"] = main
+    sys.argv = [""]
+    try:
+        exec(compile(script, "<stdin>", "exec"), main.__dict__)  # noqa: S102 - as python3 would
+    finally:
+        sys.modules["__main__"] = saved
+
+
+def run_module_script(argv: list[str], script: bytes | None = None) -> int:
+    """A module's AnsiballZ script run here, finding what it imports already imported: the file
+    ``argv`` names (the interpreter, the script, its arguments), or ``script``, the text ansible
+    sent on standard input (pipelining: ``argv`` is the interpreter alone).
 
     AnsiballZ puts its payload first on sys.path and runs ``ansible.modules.<name>`` (or a
     collection's module) from it. The ``ansible`` package here is the installed one, already
@@ -840,7 +878,7 @@ def run_module_script(argv: list[str]) -> int:
         if payload and package.startswith("ansible_collections."):
             if not collection_payload_installed(payload, package):
                 shutil.rmtree(os.path.dirname(payload), ignore_errors=True)  # AnsiballZ's
-                os.execv(sys.executable, [sys.executable, *argv[1:]])
+                start_cold(argv, script)
         elif payload and package:
             search = importlib.import_module(package).__path__
             inside = os.path.join(payload, *package.split("."))
@@ -849,6 +887,9 @@ def run_module_script(argv: list[str]) -> int:
         return original_run_module(mod_name, init_globals, run_name, alter_sys)
 
     runpy.run_module = run_module
+    if script is not None:
+        run_piped_script(script)
+        return 0
     sys.argv = list(argv[1:])
     runpy.run_path(argv[1], run_name="__main__")
     return 0
@@ -1188,10 +1229,12 @@ class WarmServer:
             os.environ.update(request["env"])
             os.environ[SERVER_VARIABLE] = str(self.pid)
             if request["kind"] == "module":
-                name_process(module_name(request["argv"]))
+                # No script named: ansible pipelines, the script comes on standard input.
+                script = None if len(request["argv"]) > 1 else sys.stdin.buffer.read()
+                name_process(module_name(request["argv"], script or b""))
                 before = set(sys.modules)
                 try:
-                    code = run_module_script(request["argv"])
+                    code = run_module_script(request["argv"], script)
                 finally:
                     self.report_imports(before)
             else:

@@ -45,6 +45,7 @@ def main():
         warm="ansible.cli.playbook" in sys.modules,
         server=os.environ.get("QK_WARM_START_SERVER", ""),
         boto3_before=boto3_before,
+        name=open("/proc/self/comm").read().strip(),
     )
 
 
@@ -131,9 +132,12 @@ class Receiver:
 
 
 @pytest.fixture
-def warm_setup(tmp_path):
+def warm_setup(tmp_path, request):
     """An operator-like tree (ansible.cfg, library, playbook), an input directory, a receiver,
-    and the environment ansible-operator would run bin/ansible-runner with."""
+    and the environment ansible-operator would run bin/ansible-runner with. Parametrized
+    indirectly with True: ansible pipelines the modules' scripts, as the operator's ansible.cfg
+    says (the script on the interpreter's standard input, no file)."""
+    pipelining = getattr(request, "param", False)
     tree = tmp_path / "opt-ansible"
     (tree / "library").mkdir(parents=True)
     (tree / "library" / "warm_probe.py").write_text(PROBE_MODULE)
@@ -145,6 +149,7 @@ def warm_setup(tmp_path):
         f"filter_plugins = {REPO}/plugins/filter\n"
         f"action_plugins = {REPO}/plugins/action\n"
         f"collections_path = {REPO}/collections\n"
+        + ("[connection]\npipelining = True\n" if pipelining else "")
     )
     receiver = Receiver(tmp_path / "events.sock")
     private = tmp_path / "runner"
@@ -164,11 +169,20 @@ def warm_setup(tmp_path):
         ANSIBLE_CONFIG=str(tree / "ansible.cfg"),
         ANSIBLE_HOME=str(tmp_path / "ansible-home"),
         ANSIBLE_LOCAL_TEMP=str(tmp_path / "ansible-tmp"),
+        ANSIBLE_REMOTE_TEMP=str(tmp_path / "module-tmp"),
         ANSIBLE_GATHERING="explicit",
         QK_WARM_START_SOCKET=name,
         QK_MODULE_PYTHON=str(REPO / "bin" / "module-python"),
     )
-    setup = {"tree": tree, "private": private, "receiver": receiver, "env": env, "name": name}
+    setup = {
+        "tree": tree,
+        "private": private,
+        "receiver": receiver,
+        "env": env,
+        "name": name,
+        "pipelining": pipelining,
+        "module_tmp": tmp_path / "module-tmp",
+    }
     yield setup
     receiver.close()
     for pid in server_pids(name):
@@ -265,6 +279,7 @@ def run(setup: dict, ident: str, **env) -> dict:
     }
 
 
+@pytest.mark.parametrize("warm_setup", [False, True], indirect=True, ids=["files", "pipelined"])
 def test_warm_runs_report_what_a_cold_run_reports_and_really_are_warm(warm_setup):
     cold = run(warm_setup, "1", QK_WARM_START="0")
     assert cold["rc"] == 0, cold["output"]
@@ -291,6 +306,9 @@ def test_warm_runs_report_what_a_cold_run_reports_and_really_are_warm(warm_setup
         assert warm["requeue"][0]["period"] == "7s"
         assert warm["artifact_status"] == "successful"
         assert "PLAY RECAP" in warm["stdout"]
+        assert warm["probe"]["name"] == "warm_probe"
+    # Pipelined, no module script was ever written to a file (ansible makes the directory for it).
+    assert warm_setup["module_tmp"].exists() != warm_setup["pipelining"]
 
 
 def test_a_failing_run_fails_the_same_way_warm(warm_setup):

@@ -11,6 +11,8 @@ import os
 import re
 import signal
 import socket
+import sys
+import tempfile
 
 import jinja2
 import pytest
@@ -32,6 +34,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start im
     name_process,
     owner_alive,
     receive_request,
+    run_piped_script,
+    start_cold,
     template_cache_key,
 )
 
@@ -248,6 +252,52 @@ def test_the_last_wait_for_output_ends_when_the_playbook_is_reaped_though_the_pi
 )
 def test_a_module_is_named_after_its_ansiballz_script(argv, name):
     assert module_name(argv) == name
+
+
+def test_a_pipelined_module_is_named_after_the_module_its_script_names():
+    script = (
+        b"ZIPDATA = 'UEsDBBQ...'\n"
+        b"        temp_path = tempfile.mkdtemp(prefix='ansible_' + 'etcd_cluster_observe'"
+        b" + '_payload_')\n"
+    )
+    assert module_name(["/usr/bin/python3"], script) == "etcd_cluster_observe"
+    assert module_name(["/usr/bin/python3"], b"print('hello')") == "module"
+    # A script named on the command line is what runs, whatever came on standard input.
+    assert module_name(["python3", "/tmp/script.py"], script) == "module"
+
+
+PIPED_PROBE = b"""
+import json, sys
+import __main__
+with open(OUTPUT, "w") as out:
+    json.dump({"name": __name__, "argv": sys.argv, "file": hasattr(__main__, "__file__")}, out)
+"""
+
+
+def test_a_piped_script_runs_as_python_runs_one_read_from_standard_input(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["pytest"])
+    output = tmp_path / "seen.json"
+    run_piped_script(b"OUTPUT = %r\n" % str(output).encode() + PIPED_PROBE)
+    # As `python3 < script`: __main__, sys.argv [''], no __file__ (AnsiballZ relies on it).
+    assert json.loads(output.read_text()) == {"name": "__main__", "argv": [""], "file": False}
+    assert sys.modules["__main__"].__name__ == "__main__"
+
+
+def test_a_piped_script_started_cold_runs_from_a_copy_it_removes(tmp_path):
+    output = tmp_path / "seen.json"
+    copies = tmp_path / "copies"
+    copies.mkdir()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child, which becomes a new interpreter
+        try:
+            tempfile.tempdir = str(copies)
+            start_cold(["python3"], b"OUTPUT = %r\n" % str(output).encode() + PIPED_PROBE)
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert json.loads(output.read_text()) == {"name": "__main__", "argv": [""], "file": False}
+    assert list(copies.iterdir()) == []
 
 
 def test_a_forked_child_is_named_after_what_it_runs():
