@@ -2,9 +2,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """Run a quorumkeeper operation in the controller process (action plugin) or as a module.
 
-Under ansible-operator every module is a new Python process (about 0.2 CPU-seconds before it
-does anything). Short API calls with no state of their own (status writes, Events, the requeue
-period) run as action plugins instead: same arguments, same checks, same result, no process.
+Under ansible-operator every module is a new Python process (a fork of the warm-start server,
+the AnsiballZ payload built, sent and unpacked, the result parsed back: more CPU than a short
+call itself). Calls with no state of their own that must outlive the task (status writes,
+Events, the requeue period, the cluster's observation) run as action plugins instead: same
+arguments, same checks, same result, no process.
 The matching file in library/ documents the action and runs the same operation as a module
 where the action plugins are not configured.
 """
@@ -27,7 +29,7 @@ def _call(operation, params, check_mode, needs_client):
     return operation(params)
 
 
-def run_action(action, result, argument_spec, operation, needs_client=True):
+def run_action(action, result, argument_spec, operation, needs_client=True, required_together=None):
     """For ActionModule.run: validate the task's arguments, run ``operation``, merge its result.
 
     ``operation(client, params, check_mode)``, or ``operation(params)`` without a client.
@@ -35,7 +37,9 @@ def run_action(action, result, argument_spec, operation, needs_client=True):
     from ansible.errors import AnsibleActionFail
 
     try:
-        _, params = action.validate_argument_spec(argument_spec=argument_spec)
+        _, params = action.validate_argument_spec(
+            argument_spec=argument_spec, required_together=required_together
+        )
     except AnsibleActionFail as exc:
         result.update(failed=True, msg=str(exc))
         return result
@@ -55,7 +59,7 @@ def run_module(module, operation, needs_client=True):
     module.exit_json(**outcome)
 
 
-def action_module(argument_spec, operation, needs_client=True):
+def action_module(argument_spec, operation, needs_client=True, required_together=None):
     """An ActionModule class that runs ``operation`` in the controller process."""
     from ansible.plugins.action import ActionBase
 
@@ -65,6 +69,8 @@ def action_module(argument_spec, operation, needs_client=True):
 
         def run(self, tmp=None, task_vars=None):
             result = super().run(tmp, task_vars)
-            return run_action(self, result, argument_spec, operation, needs_client)
+            return run_action(
+                self, result, argument_spec, operation, needs_client, required_together
+            )
 
     return ActionModule

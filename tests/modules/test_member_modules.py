@@ -20,6 +20,8 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
 )
 from kubehelpers import ROOT, wait_until
 
+import etcdharness
+
 # The operator is stopped while these run (no_operator): alone.
 pytestmark = [pytest.mark.cluster, pytest.mark.exclusive]
 
@@ -422,7 +424,7 @@ def test_services_and_annotated_endpoints(kube, run_module):
     assert res["patched"] == ["Endpoints/m-client"] and annotated()
 
 
-def test_observe_reports_peers_pods_claims_and_an_unreachable_etcd(kube, run_module):
+def test_observe_reports_peers_pods_claims_and_an_unreachable_etcd(kube, run_module, tmp_path):
     assert not run_peer(run_module, kube, spec=peer_spec("m-0", ("m-0", "m-1")))["failed"]
     assert not run_peer(run_module, kube, name="m-1", spec=peer_spec("m-1", ("m-0", "m-1")))[
         "failed"
@@ -451,6 +453,19 @@ def test_observe_reports_peers_pods_claims_and_an_unreachable_etcd(kube, run_mod
     assert res["replicasets"]["m-0"]["exists"]
     assert res["services"] == {"headless": False, "client": False, "metrics": False}
     assert res["etcd"]["reachable"] is False and res["changed"] is False
+
+    # run_module runs the action plugin (in ansible's own process, as the operator does); the
+    # module, where action plugins are not configured, observes the same.
+    as_module = etcdharness.ModuleRunner(tmp_path / "module", action_plugins=False)
+    alone = as_module("etcd_cluster_observe", args)
+    assert not alone["failed"], alone.get("msg")
+    assert [(p["name"], p["pvc_uid"]) for p in alone["peers"]] == [
+        (p["name"], p["pvc_uid"]) for p in res["peers"]
+    ]
+    assert {name: pod["problem"]["reason"] for name, pod in alone["pods"].items()} == {
+        name: pod["problem"]["reason"] for name, pod in res["pods"].items()
+    }
+    assert alone["services"] == res["services"] and alone["etcd"] == res["etcd"]
 
 
 def test_modules_fail_with_a_message_without_a_cluster(run_module, tmp_path):

@@ -23,12 +23,16 @@ import uuid
 from pathlib import Path
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_warm_start import (
+    RUN_GC_THRESHOLDS,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER_SCRIPT = "qk_warm_start.py"
 
 PROBE_MODULE = '''#!/usr/bin/python
 """Says whether it runs in a fork of the warm-start server."""
+import gc
 import os
 import sys
 
@@ -46,6 +50,7 @@ def main():
         server=os.environ.get("QK_WARM_START_SERVER", ""),
         boto3_before=boto3_before,
         name=open("/proc/self/comm").read().strip(),
+        gc_threshold=list(gc.get_threshold()),
     )
 
 
@@ -307,6 +312,9 @@ def test_warm_runs_report_what_a_cold_run_reports_and_really_are_warm(warm_setup
         assert warm["artifact_status"] == "successful"
         assert "PLAY RECAP" in warm["stdout"]
         assert warm["probe"]["name"] == "warm_probe"
+        # A run's young objects are collected less often than a cold process's.
+        assert warm["probe"]["gc_threshold"] == list(RUN_GC_THRESHOLDS)
+        assert cold["probe"]["gc_threshold"] != list(RUN_GC_THRESHOLDS)
     # Pipelined, no module script was ever written to a file (ansible makes the directory for it).
     assert warm_setup["module_tmp"].exists() != warm_setup["pipelining"]
 

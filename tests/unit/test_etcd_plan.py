@@ -1,11 +1,13 @@
 """The EtcdCluster planner (one quorum-safe step at a time) and the report it writes."""
 
-import importlib.util
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_cluster_observe import (
+    observe_backups,
+)
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import ordinal_of
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import KubeError
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_plan import (
     etcd_cluster_plan as plan,
 )
@@ -669,16 +671,6 @@ def test_members_that_answer_without_a_leader_are_waited_for():
 # -- etcd_cluster_observe: the EtcdBackups, only without a quorum ---------------------------------
 
 
-def _observe_module():
-    spec = importlib.util.spec_from_file_location(
-        "etcd_cluster_observe",
-        Path(__file__).resolve().parents[2] / "library" / "etcd_cluster_observe.py",
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 class _Direct:
     def __init__(self, items=None, error=None):
         self.items, self.error, self.calls = items or [], error, []
@@ -702,7 +694,6 @@ def _etcd_backup(name, cluster, phase="Completed", verified=None):
 
 
 def test_observe_summarizes_only_this_clusters_backups():
-    observe = _observe_module()
     direct = _Direct(
         [
             _etcd_backup("mine", "c", verified=("True", "Verified")),
@@ -713,7 +704,7 @@ def test_observe_summarizes_only_this_clusters_backups():
         ]
     )
     params = {"api_version": "etcd.quorumkeeper.dev/v1alpha1", "namespace": "ns", "name": "c"}
-    result = observe.observe_backups(params, direct)
+    result = observe_backups(params, direct)
     assert direct.calls == [("EtcdBackup", "ns")]
     by_name = {b["name"]: b for b in result["backups"]}
     assert set(by_name) == {"mine", "bad", "unread"}
@@ -730,10 +721,9 @@ def test_observe_summarizes_only_this_clusters_backups():
 
 
 def test_observe_reports_backups_it_cannot_list_as_unknown():
-    observe = _observe_module()
-    error = observe.KubeError(403, "Forbidden", "etcdbackups is forbidden")
+    error = KubeError(403, "Forbidden", "etcdbackups is forbidden")
     params = {"api_version": "etcd.quorumkeeper.dev/v1alpha1", "namespace": "ns", "name": "c"}
-    result = observe.observe_backups(params, _Direct(error=error))
+    result = observe_backups(params, _Direct(error=error))
     assert result["backups"] is None and "forbidden" in result["backups_error"]
 
 
