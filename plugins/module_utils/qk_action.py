@@ -4,9 +4,9 @@
 
 Under ansible-operator every module is a new Python process (a fork of the warm-start server,
 the AnsiballZ payload built, sent and unpacked, the result parsed back: more CPU than a short
-call itself). Calls with no state of their own that must outlive the task (status writes,
-Events, the requeue period, the cluster's observation) run as action plugins instead: same
-arguments, same checks, same result, no process.
+call itself). Calls that keep nothing beyond their task (status writes, Events, the requeue
+period, the cluster's observation) run as action plugins instead: same arguments, same checks,
+same result, no process.
 The matching file in library/ documents the action and runs the same operation as a module
 where the action plugins are not configured.
 """
