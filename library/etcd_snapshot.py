@@ -92,6 +92,14 @@ options:
     description: Seconds the whole snapshot and upload may take.
     type: float
     default: 600
+  reach_timeout:
+    description:
+      - Seconds to keep asking I(endpoints) again while none of them answers at all
+        (connection refused, unreachable, timed out) before failing. The client Service of a
+        cluster that has just become Available refuses connections until kube-proxy routes it
+        to the ready members. An answer, even an error, is not waited out.
+    type: float
+    default: 20
 extends_documentation_fragment:
   - quorumkeeper.etcd.etcd_connection
   - quorumkeeper.etcd.etcd_connection.endpoints
@@ -231,6 +239,7 @@ ARGUMENT_SPEC = {
     "credentials": {"type": "dict", "no_log": True},
     "metadata": {"type": "dict", "default": {}},
     "snapshot_timeout": {"type": "float", "default": 600.0},
+    "reach_timeout": {"type": "float", "default": 20.0},
     "operator_image": {"type": "str"},
 }
 
@@ -272,7 +281,9 @@ def main():
     result = {"changed": True, "object_url": location.url}
     try:
         with etcd_client(profile) as client:
-            source = choose_source(client, p["endpoints"], p["member_selection"])
+            source = choose_source(
+                client, p["endpoints"], p["member_selection"], p["reach_timeout"]
+            )
             result.update(source)
             if module.check_mode:
                 module.exit_json(**result)

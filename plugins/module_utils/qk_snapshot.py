@@ -5,12 +5,18 @@
 from __future__ import annotations
 
 import datetime
+import time
 
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import (
     API_VERSION,
     DEFAULT_CLIENT_PORT,
     DEFAULT_DOMAIN,
     ClusterNetwork,
+)
+from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
+    EtcdUnreachable,
+    describe_error,
+    is_connection_error,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
@@ -25,6 +31,9 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore i
     parse_object_url,
     render_object_url,
 )
+
+# How often a source that no endpoint of answers is asked again while choose_source waits.
+SOURCE_RETRY_SECONDS = 0.25
 
 
 class SnapshotSourceError(Exception):
@@ -48,11 +57,33 @@ def pick_member(members):
     return max(candidates, key=lambda m: (m.get("raft_index") or 0, m.get("name") or ""))
 
 
-def choose_source(client, endpoints, selection="follower"):
-    """``{endpoint, member, etcd_version, raft_index}`` of the member to snapshot."""
+def choose_source(client, endpoints, selection="follower", reach_timeout=0.0):
+    """``{endpoint, member, etcd_version, raft_index}`` of the member to snapshot.
+
+    While no endpoint answers at all (``EtcdUnreachable``), they are asked again for up to
+    ``reach_timeout`` seconds: right after a cluster becomes Available its client Service
+    refuses connections until kube-proxy routes it to the ready members, and a backup made
+    then should not fail for a minute. An answer, even an error, ends the wait.
+    """
+    deadline = time.monotonic() + reach_timeout
+    while True:
+        try:
+            return _ask_source(client, endpoints, selection)
+        except EtcdUnreachable:
+            if time.monotonic() + SOURCE_RETRY_SECONDS > deadline:
+                raise
+            time.sleep(SOURCE_RETRY_SECONDS)
+
+
+def _ask_source(client, endpoints, selection):
     if selection == "endpoint":
         endpoint = endpoints[0]
-        status = client.status(endpoint)
+        try:
+            status = client.status(endpoint)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise EtcdUnreachable([endpoint], {endpoint: describe_error(exc)}) from exc
+            raise
         return {
             "endpoint": endpoint,
             "member": {"name": None, "id": status["id"]},

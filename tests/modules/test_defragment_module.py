@@ -6,8 +6,6 @@ times out stops the run there and reports the members done before it."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import threading
 
 import pytest
@@ -18,6 +16,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_connection im
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     EtcdOperationError,
 )
+from tcpproxy import TcpProxy
 
 import etcdharness
 
@@ -120,7 +119,7 @@ def test_refused_while_a_member_is_down(small_quota_cluster, run_module):
         assert count == 1, "nothing was compacted"
 
 
-class HoldingProxy:
+class HoldingProxy(TcpProxy):
     """A TCP proxy to one member's client port that forwards both ways until, once ``armed``,
     the client sends a Defragment call: from then on what the client sends is held back, so
     that the member never gets the call and the caller waits for its answer (a member stalled
@@ -129,56 +128,15 @@ class HoldingProxy:
     MARKER = b"/etcdserverpb.Maintenance/Defragment"
 
     def __init__(self, upstream_port):
-        self.upstream_port = upstream_port
         self.armed = False
         self.holding = threading.Event()
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port = self.server.getsockname()[1]
-        self.sockets = [self.server]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(upstream_port)
 
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.port}"
-
-    def _accept(self):
-        while True:
-            try:
-                client, _ = self.server.accept()
-                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
-            except OSError:
-                return
-            self.sockets += [client, upstream]
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, source, sink, from_client):
-        tail = b""
-        while True:
-            try:
-                data = source.recv(65536)
-            except OSError:
-                return
-            if not data:
-                with contextlib.suppress(OSError):
-                    sink.shutdown(socket.SHUT_WR)
-                return
-            if from_client:
-                # grpcio sends a call's path as a plain literal the first time on a connection.
-                if self.armed and self.MARKER in tail + data:
-                    self.holding.set()
-                tail = (tail + data)[-len(self.MARKER) :]
-                if self.holding.is_set():
-                    continue
-            try:
-                sink.sendall(data)
-            except OSError:
-                return
-
-    def close(self):
-        for sock in self.sockets:
-            with contextlib.suppress(OSError):
-                sock.close()
+    def forward(self, data, tail, from_client):
+        # grpcio sends a call's path as a plain literal the first time on a connection.
+        if from_client and self.armed and self.MARKER in tail + data:
+            self.holding.set()
+        return not (from_client and self.holding.is_set())
 
 
 @pytest.fixture

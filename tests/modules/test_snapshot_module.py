@@ -32,6 +32,7 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_objectstore_s
 )
 from damaging_s3 import NoTaggingMotoServer, NothingRecordedMotoServer, PartRefusingMotoServer
 from minioharness import MinioServer, gcs_client, moto_server
+from tcpproxy import TcpProxy
 
 import etcdharness
 
@@ -140,6 +141,35 @@ def test_missing_bucket_fails_with_the_stores_words_and_leaves_nothing(
     assert res["failed"]
     assert "NoSuchBucket" in res["msg"]
     assert "testing" not in json.dumps(res), "credentials leaked into the result"
+
+
+@pytest.mark.parametrize("selection", ["follower", "endpoint"])
+def test_a_source_that_refuses_connections_at_first_is_asked_again(
+    etcd_factory, run_module, s3, s3_endpoint, selection
+):
+    """Right after a cluster becomes Available its client Service refuses connections until
+    kube-proxy routes it: the backup waits for it (reach_timeout) instead of failing."""
+    cluster = etcd_factory(1)
+    member_url = cluster.running_endpoints()[0]
+    args = {
+        "object_url": s3_url(s3_endpoint, f"late-{selection}.db"),
+        "credentials": CREDENTIALS,
+        "member_selection": selection,
+    }
+    with TcpProxy(cluster.nodes["n0"].client_port, listening=False) as never:
+        res = run_module("etcd_snapshot", {**args, "endpoints": [never.url], "reach_timeout": 1})
+    assert res["failed"]
+    assert res["msg"].startswith("cannot reach etcd to take a snapshot: no etcd endpoint answered")
+    assert never.url in res["msg"], res["msg"]
+
+    with TcpProxy(cluster.nodes["n0"].client_port, listening=False) as late:
+        late.listen_after(2.0)
+        res = run_module("etcd_snapshot", {**args, "endpoints": [late.url]})
+    assert not res["failed"], res.get("msg")
+    # A member of a cluster is then reached by its own URL; a given endpoint is used as given.
+    assert res["endpoint"] == (member_url if selection == "follower" else late.url)
+    body = s3.get_object(Bucket=BUCKET, Key=f"late-{selection}.db")["Body"].read()
+    assert hashlib.sha256(body).hexdigest() == res["sha256"]
 
 
 def test_bad_url_fails_before_touching_etcd(run_module):
