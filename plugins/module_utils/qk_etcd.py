@@ -152,7 +152,10 @@ class EtcdClient(EtcdSession):
 
     # -- blocking API -------------------------------------------------------------------------
     def status(self, endpoint):
-        return self._run(self._status(endpoint))
+        """The status of the member behind ``endpoint``: ``EtcdUnreachable`` when it does not
+        answer, ``EtcdOperationError`` when etcd answers with an error."""
+        answer, _ = self._call_any([endpoint], self._status, "Maintenance.Status")
+        return answer
 
     def member_list(self, endpoints=None):
         """Members via the first endpoint that answers a linearizable MemberList.

@@ -15,8 +15,6 @@ from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_domain import
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_etcd_errors import (
     EtcdUnreachable,
-    describe_error,
-    is_connection_error,
 )
 from ansible_collections.quorumkeeper.etcd.plugins.module_utils.qk_kube import (
     KubeConfigError,
@@ -78,12 +76,7 @@ def choose_source(client, endpoints, selection="follower", reach_timeout=0.0):
 def _ask_source(client, endpoints, selection):
     if selection == "endpoint":
         endpoint = endpoints[0]
-        try:
-            status = client.status(endpoint)
-        except Exception as exc:
-            if is_connection_error(exc):
-                raise EtcdUnreachable([endpoint], {endpoint: describe_error(exc)}) from exc
-            raise
+        status = client.status(endpoint)
         return {
             "endpoint": endpoint,
             "member": {"name": None, "id": status["id"]},
